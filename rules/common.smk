@@ -1,0 +1,72 @@
+# Config validation, registries, path helpers and wildcard constraints. No rules here.
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
+
+from rlbench.config import ConfigError, Registries, task_settings, validate_config
+
+try:
+    REGISTRIES = Registries.load(Path(workflow.basedir) / "config")
+    VALIDATED = validate_config(config, REGISTRIES)
+except ConfigError as error:
+    raise SystemExit(f"Agent² RL-Bench: {error}")
+config.update(VALIDATED)
+
+RESULTS = "results"
+RUN_DIR = "results/runs/{task}/{model}/{agent}/{seed}"
+
+
+def _alternatives(names):
+    return "|".join(re.escape(name) for name in sorted(names))
+
+
+wildcard_constraints:
+    task=_alternatives(REGISTRIES.tasks),
+    model=_alternatives(REGISTRIES.models),
+    agent=_alternatives(REGISTRIES.agents),
+    seed=r"\d+",
+
+
+def run_path(name):
+    """A file of one run, as a wildcard pattern: run_path('run.json')."""
+    return f"{RUN_DIR}/{name}"
+
+
+def get_task_settings(wildcards):
+    return task_settings(config, REGISTRIES, wildcards.task)
+
+
+def get_model_spec(wildcards):
+    return REGISTRIES.models[wildcards.model]
+
+
+def get_agent_spec(wildcards):
+    return REGISTRIES.agents[wildcards.agent]
+
+
+def get_level(wildcards):
+    return REGISTRIES.tasks[wildcards.task]["level"]
+
+
+def sweep_runs():
+    """Every (task, model, agent, seed) of the sweep."""
+    sweep = config["sweep"]
+    return [
+        dict(task=t, model=m, agent=a, seed=s)
+        for t in sweep["tasks"]
+        for m in sweep["models"]
+        for a in sweep["agents"]
+        for s in sweep["seeds"]
+    ]
+
+
+def get_run_files(name):
+    """One file per run of the sweep, e.g. every summary.json."""
+    return [run_path(name).format(**run) for run in sweep_runs()]
+
+
+def get_final_output():
+    return ["results/report/leaderboard.csv"]

@@ -1,0 +1,15 @@
+rule aggregate:
+    input:
+        summaries=get_run_files("summary.json"),
+    output:
+        leaderboard=report(
+            "results/report/leaderboard.csv",
+            caption="../workflow/report/leaderboard.rst",
+            category="Results",
+        ),
+    log:
+        "results/logs/aggregate/aggregate.log",
+    conda:
+        "../envs/rlbench.yaml"
+    script:
+        "../scripts/aggregate.py"

@@ -1,0 +1,11 @@
+"""Rule collect_artifacts: what the run left behind (ledger, code, checkpoints, logs)."""
+
+import sys
+from pathlib import Path
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from rlbench.diagnostics import collect_artifacts
+from rlbench.jsonio import write_json
+
+write_json(Path(snakemake.output.artifacts), collect_artifacts(Path(snakemake.input.run).parent))

@@ -1,0 +1,26 @@
+"""Rule evaluate_final: re-evaluate the best submission's snapshot with a fresh evaluator."""
+
+import sys
+from pathlib import Path
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from rlbench.evaluation import evaluate_model
+from rlbench.grader.checks import fingerprint
+from rlbench.jsonio import read_json, write_json
+
+artifacts = read_json(Path(snakemake.input.artifacts))
+baseline = read_json(Path(snakemake.input.baseline))
+final = {"baseline_score": baseline["score"], "score": None, "delta": None, "best_submission": artifacts["best"]}
+if artifacts["best_model"] is None:
+    final["status"] = "no_valid_submission"
+else:
+    model_dir = Path(artifacts["best_model"])
+    digest = fingerprint(model_dir)
+    if digest != artifacts["best"]["fingerprint"]:
+        raise RuntimeError(f"{model_dir} changed since it was graded (fingerprint mismatch); rerun the agent")
+    result = evaluate_model(snakemake.params.task, model_dir, Path(snakemake.input.eval).parent, snakemake.params.evaluation)
+    final.update(result, status="evaluated", fingerprint=digest)
+    final["delta"] = round(result["score"] - baseline["score"], 4)
+print(f"final: {final['status']} score {final['score']} delta {final['delta']}", file=sys.stderr)
+write_json(Path(snakemake.output.final), final)

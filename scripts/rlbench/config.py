@@ -1,0 +1,134 @@
+"""Sweep configuration and the task / model / agent registries, validated with clear errors."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
+CONFIG_DIR = REPO_ROOT / "config"
+REGISTRY_KINDS = ("tasks", "models", "agents")
+_SCHEMA_FOR_KIND = {"tasks": "task", "models": "model", "agents": "agent"}
+
+
+class ConfigError(ValueError):
+    """A configuration or registry problem the user must fix; the message says how."""
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        with open(path) as handle:
+            return yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def load_schema(name: str) -> dict:
+    return load_yaml(SCHEMA_DIR / f"{name}.schema.yaml")
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = []
+    for part in error.absolute_path:
+        parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
+    return "".join(parts).lstrip(".") or "<top level>"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    key = _key_path(error)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        where = "" if key == "<top level>" else f" under '{key}'"
+        return f"unknown key {', '.join(repr(k) for k in extra)}{where}; allowed keys: {', '.join(allowed)}"
+    if error.validator == "enum":
+        allowed = ", ".join(str(v) for v in error.validator_value)
+        return f"'{key}' is {error.instance!r}; allowed values: {allowed}"
+    if error.validator == "required":
+        return f"'{key}' is missing a required key: {error.message}"
+    return f"'{key}': {error.message}"
+
+
+def validate(instance: Any, schema: dict, what: str) -> None:
+    """Raise ConfigError naming the offending key and what is allowed."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = "\n  ".join(_describe(e) for e in errors)
+        raise ConfigError(f"invalid {what}:\n  {lines}")
+
+
+def _fill_defaults(instance: dict, schema: dict) -> None:
+    """Set schema defaults on nested objects (jsonschema validates but never fills)."""
+    for key, sub in schema.get("properties", {}).items():
+        if "default" in sub and key not in instance:
+            instance[key] = copy.deepcopy(sub["default"])
+        if sub.get("type") == "object" and isinstance(instance.get(key), dict):
+            _fill_defaults(instance[key], sub)
+
+
+def load_registry(kind: str, config_dir: Path = CONFIG_DIR) -> dict[str, dict]:
+    """All entries of one registry (config/<kind>/*.yaml), keyed by name, each validated."""
+    if kind not in REGISTRY_KINDS:
+        raise ConfigError(f"unknown registry {kind!r}; allowed: {', '.join(REGISTRY_KINDS)}")
+    schema = load_schema(_SCHEMA_FOR_KIND[kind])
+    entries: dict[str, dict] = {}
+    for path in sorted((config_dir / kind).glob("*.yaml")):
+        entry = load_yaml(path)
+        validate(entry, schema, f"registry entry {path}")
+        if entry["name"] != path.stem:
+            raise ConfigError(f"{path}: name {entry['name']!r} must equal the file name {path.stem!r}")
+        _fill_defaults(entry, schema)
+        entries[entry["name"]] = entry
+    return entries
+
+
+@dataclass(frozen=True)
+class Registries:
+    tasks: dict[str, dict]
+    models: dict[str, dict]
+    agents: dict[str, dict]
+
+    @classmethod
+    def load(cls, config_dir: Path = CONFIG_DIR) -> "Registries":
+        return cls(*(load_registry(kind, config_dir) for kind in REGISTRY_KINDS))
+
+
+def validate_config(config: dict, registries: Registries) -> dict:
+    """Validate a sweep config against the schema and the registries; return it with defaults."""
+    schema = load_schema("config")
+    validate(config, schema, "config")
+    config = copy.deepcopy(config)
+    _fill_defaults(config, schema)
+    problems = []
+    for kind in REGISTRY_KINDS:
+        known = getattr(registries, kind)
+        for index, name in enumerate(config["sweep"][kind]):
+            if name not in known:
+                problems.append(
+                    f"'sweep.{kind}[{index}]' is {name!r}, which is not in config/{kind}/; "
+                    f"allowed values: {', '.join(sorted(known)) or '(none registered)'}"
+                )
+    for name in config.get("tasks", {}):
+        if name not in registries.tasks:
+            problems.append(
+                f"'tasks.{name}' overrides an unknown task; allowed: {', '.join(sorted(registries.tasks))}"
+            )
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    return config
+
+
+def task_settings(config: dict, registries: Registries, task: str) -> dict:
+    """The registry entry of a task with the sweep's overrides applied."""
+    settings = copy.deepcopy(registries.tasks[task])
+    settings.update(config.get("tasks", {}).get(task, {}))
+    return settings

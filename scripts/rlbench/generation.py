@@ -1,0 +1,130 @@
+"""Generation backends: one interface, batched, for transformers (CPU/GPU) and vLLM (GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+BACKENDS = ("auto", "hf", "vllm")
+
+
+class GenerationBackend(ABC):
+    """Greedy chat completion for many conversations at once."""
+
+    name: str
+
+    @abstractmethod
+    def generate_chat(self, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+        """One completion per conversation, in the order given."""
+
+
+def _render(tokenizer, conversation: list[dict]) -> str:
+    # Base models without a chat template still get a usable plain-text prompt.
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    turns = [f"{m['role'].capitalize()}: {m['content']}" for m in conversation]
+    return "\n\n".join(turns) + "\n\nAssistant:"
+
+
+def _eos_ids(*sources) -> list[int]:
+    """Every end-of-sequence id the tokenizer and generation config name (each may be a list)."""
+    ids = set()
+    for source in sources:
+        if source is not None:
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+    return sorted(ids)
+
+
+class HFBackend(GenerationBackend):
+    """transformers generate() with left padding, longest-first batches."""
+
+    name = "hf"
+
+    def __init__(self, model_dir: Path, batch_size: int = 32, device: str | None = None):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, trust_remote_code=False, use_safetensors=True, dtype=dtype
+        ).to(self.device)
+        self.model.eval()
+        self.batch_size = batch_size
+
+    def generate_chat(self, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+        prompts = [_render(self.tokenizer, c) for c in conversations]
+        encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        # Longest first: similar lengths share a batch, so little compute goes to padding.
+        order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
+        outputs: list[str] = [""] * len(prompts)
+        flat_eos = _eos_ids(self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            inputs = self.tokenizer.pad(
+                {"input_ids": [encoded[i] for i in batch]}, padding=True, return_tensors="pt"
+            ).to(self.device)
+            with self.torch.inference_mode():
+                generated = self.model.generate(
+                    **inputs,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    eos_token_id=flat_eos or None,
+                )
+            new_tokens = generated[:, inputs["input_ids"].shape[1] :]
+            for row, index in enumerate(batch):
+                outputs[index] = self.tokenizer.decode(new_tokens[row], skip_special_tokens=True)
+        return outputs
+
+
+class VLLMBackend(GenerationBackend):
+    """vLLM offline inference (GPU only; install the `gpu` extra)."""
+
+    name = "vllm"
+
+    def __init__(self, model_dir: Path, batch_size: int = 256):
+        if importlib.util.find_spec("vllm") is None:
+            raise RuntimeError(
+                "the vllm generation backend needs the gpu extra: pip install -e '.[gpu]' "
+                "(or set evaluation.backend: hf)"
+            )
+        from vllm import LLM, SamplingParams
+
+        self.llm = LLM(model=str(model_dir), trust_remote_code=False, seed=0)
+        self.sampling = SamplingParams
+        self.batch_size = batch_size
+
+    def generate_chat(self, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+        params = self.sampling(temperature=0.0, max_tokens=max_new_tokens)
+        results = self.llm.chat(conversations, params, use_tqdm=False)
+        return [r.outputs[0].text for r in results]
+
+
+def resolve_backend_name(name: str) -> str:
+    """'auto' picks vllm when CUDA and vllm are both present, else hf."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown generation backend {name!r}; allowed: {', '.join(BACKENDS)}")
+    if name != "auto":
+        return name
+    if importlib.util.find_spec("vllm") is None:
+        return "hf"
+    import torch
+
+    return "vllm" if torch.cuda.is_available() else "hf"
+
+
+def load_backend(name: str, model_dir: Path, batch_size: int = 32) -> GenerationBackend:
+    resolved = resolve_backend_name(name)
+    if resolved == "vllm":
+        return VLLMBackend(model_dir, batch_size=batch_size)
+    return HFBackend(model_dir, batch_size=batch_size)

@@ -1,0 +1,1 @@
+"""The grading server: scores agent submissions on the held-out split, records every one."""

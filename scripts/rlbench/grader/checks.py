@@ -1,0 +1,121 @@
+"""What a submission must satisfy before the grader loads it, and its content fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from fnmatch import fnmatch
+from pathlib import Path
+
+# Files that make up a checkpoint; everything else (optimizer state, logs) is ignored.
+CHECKPOINT_PATTERNS = ("*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken")
+# Weight formats that unpickle on load: they can run code inside the grader.
+PICKLE_WEIGHT_PATTERNS = ("pytorch_model*.bin", "model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+
+
+class SubmissionRefused(Exception):
+    """A submission the grader will not evaluate; `reason` is a stable code, message says why."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def resolve_submission(workspace: Path, model_path: object) -> Path:
+    """The real directory a model_path names; refused when outside the workspace or missing."""
+    if not isinstance(model_path, str) or not model_path.strip():
+        raise SubmissionRefused(400, "malformed_request", 'the request needs "model_path": a directory path string')
+    root = Path(os.path.realpath(workspace))
+    raw = Path(model_path)
+    candidate = raw if raw.is_absolute() else root / raw
+    real = Path(os.path.realpath(candidate))
+    if real != root and root not in real.parents:
+        raise SubmissionRefused(
+            403,
+            "outside_workspace",
+            f"model_path must be inside the workspace ({root}); got {model_path} (resolves to {real})",
+        )
+    if not real.exists():
+        raise SubmissionRefused(404, "missing_path", f"model_path does not exist: {model_path}")
+    if not real.is_dir():
+        raise SubmissionRefused(400, "not_a_directory", f"model_path must be a model directory, got a file: {model_path}")
+    for path in real.rglob("*"):
+        target = Path(os.path.realpath(path))
+        if target != root and root not in target.parents:
+            raise SubmissionRefused(
+                403, "outside_workspace", f"{path.relative_to(real)} in {model_path} links outside the workspace"
+            )
+    return real
+
+
+def inspect_checkpoint(model_dir: Path) -> None:
+    """Refuse LoRA adapters, pickle weights, remote code and directories without safetensors."""
+    names = [p.name for p in model_dir.iterdir() if p.is_file()]
+    if "adapter_config.json" in names and "config.json" not in names:
+        raise SubmissionRefused(
+            422,
+            "lora_adapter",
+            "this is a LoRA adapter, not a full model: merge it first "
+            "(model = PeftModel.from_pretrained(base, adapter).merge_and_unload(); "
+            "model.save_pretrained(dir); tokenizer.save_pretrained(dir)) and submit the merged directory",
+        )
+    pickled = sorted(n for n in names if any(fnmatch(n, p) for p in PICKLE_WEIGHT_PATTERNS))
+    if pickled:
+        raise SubmissionRefused(
+            422,
+            "pickle_weights",
+            f"pickle weight files are not accepted ({', '.join(pickled)}): save with safetensors "
+            "(model.save_pretrained(dir), the default) and remove the pickle files",
+        )
+    if not any(n.endswith(".safetensors") for n in names):
+        raise SubmissionRefused(
+            422, "no_safetensors", "no *.safetensors weights in the directory: save with model.save_pretrained(dir)"
+        )
+    if "config.json" not in names:
+        raise SubmissionRefused(422, "no_config", "config.json is missing: save with model.save_pretrained(dir)")
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SubmissionRefused(422, "bad_config", f"config.json is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise SubmissionRefused(422, "bad_config", "config.json must hold a JSON object")
+    if "auto_map" in config or config.get("trust_remote_code"):
+        raise SubmissionRefused(
+            422,
+            "remote_code",
+            "config.json asks for remote code (auto_map); the grader never runs checkpoint code: "
+            "save the model with a built-in transformers architecture",
+        )
+
+
+def checkpoint_files(model_dir: Path) -> list[Path]:
+    """The files that make up a checkpoint, relative to model_dir, sorted."""
+    files = [
+        p.relative_to(model_dir)
+        for p in model_dir.rglob("*")
+        if p.is_file() and any(fnmatch(p.name, pattern) for pattern in CHECKPOINT_PATTERNS)
+    ]
+    return sorted(files)
+
+
+def fingerprint(model_dir: Path) -> str:
+    """sha256 over the checkpoint's file names and contents; equal weights, equal fingerprint."""
+    digest = hashlib.sha256()
+    for rel in checkpoint_files(model_dir):
+        digest.update(str(rel).encode() + b"\0")
+        with open(model_dir / rel, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def snapshot_checkpoint(model_dir: Path, dest: Path) -> None:
+    """Copy the checkpoint files (not the agent's optimizer state) to dest, so what is scored stays put."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    for rel in checkpoint_files(model_dir):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(model_dir / rel, dest / rel)

@@ -1,0 +1,56 @@
+"""Run the grading app with uvicorn on 127.0.0.1 and an ephemeral port, in a background thread."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import threading
+import time
+
+import uvicorn
+
+from rlbench.grader.app import Grader, create_app
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(24)
+
+
+class GradingServer:
+    """A started server; `url` (secret included) is what the agent gets as GRADING_SERVER_URL."""
+
+    def __init__(self, grader: Grader, host: str = "127.0.0.1"):
+        self.grader = grader
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind((host, 0))  # port 0: the kernel picks a free port, so runs never collide
+        self.host, self.port = self.socket.getsockname()
+        config = uvicorn.Config(create_app(grader), log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/{self.grader.config.secret}"
+
+    def start(self, timeout: float = 30.0) -> "GradingServer":
+        self.thread.start()
+        deadline = time.time() + timeout
+        while not self.server.started:
+            if time.time() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the grading server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Finish in-flight submissions, then shut down."""
+        self.grader.drain()
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.socket.close()
+
+    def __enter__(self) -> "GradingServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,232 @@
+"""Run one agent under its budget: grader up, agent sandboxed, process tree killed at the deadline."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+from rlbench import __version__, sandbox
+from rlbench.grader.app import Grader, GraderConfig
+from rlbench.grader.server import GradingServer, new_secret
+from rlbench.jsonio import write_json
+
+AGENTS_DIR = Path(__file__).resolve().parents[1] / "agents"
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+@dataclass
+class RunSpec:
+    """One agent run: where it lives, what it may use, how long it has."""
+
+    run_dir: Path
+    workspace: Path
+    task_settings: dict
+    agent: dict
+    hf_id: str
+    eval_dir: Path
+    baseline: dict  # score + fingerprint of the base model
+    time_limit_s: float
+    kill_grace_s: float = 10.0
+    evaluation: dict = field(default_factory=dict)
+    sandbox_backend: str = "auto"
+    hidden_paths: list[Path] = field(default_factory=list)
+    seed: int = 0
+    threads: int = 1
+    labels: dict = field(default_factory=dict)  # task/model/agent/seed for run.json
+
+
+@dataclass
+class RunRecord:
+    """run.json: what happened to one agent run."""
+
+    status: str  # completed | failed | timeout | error
+    exit_code: int | None
+    timed_out: bool
+    start_time: float
+    end_time: float
+    duration_s: float
+    time_limit_s: float
+    submissions: int
+    valid_submissions: int
+    best: dict | None
+    sandbox: str
+    sandbox_note: str
+    command: list[str]
+    error: str | None = None
+    labels: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+
+
+def provenance() -> dict:
+    """Versions and hardware behind a score."""
+    versions = {}
+    for name in ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "snakemake", "fastapi"):
+        try:
+            from importlib.metadata import version
+
+            versions[name] = version(name)
+        except Exception:
+            versions[name] = None
+    return {
+        "rlbench": __version__,
+        "python": platform.python_version(),
+        "packages": versions,
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def agent_command(agent: dict) -> list[str]:
+    """The agent's argv with {python} and {agents_dir} filled in."""
+    return [part.format(python=sys.executable, agents_dir=str(AGENTS_DIR)) for part in agent["command"]]
+
+
+def readiness_problems(agent: dict) -> list[str]:
+    """Why an agent cannot start here (missing binaries or key variables), if anything."""
+    needs = agent.get("requires") or {}
+    problems = [f"binary {b!r} not found on PATH" for b in needs.get("binaries", []) if shutil.which(b) is None]
+    problems += [f"environment variable {v} is not set" for v in needs.get("env", []) if not os.environ.get(v)]
+    return problems
+
+
+def agent_env(spec: RunSpec, url: str) -> dict:
+    workspace = spec.workspace.resolve()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    env.update(OFFLINE_ENV)
+    env.update({k: str(v) for k, v in (spec.agent.get("env") or {}).items()})
+    cache = workspace / ".cache"
+    env.update(
+        TASK=spec.task_settings["name"],
+        BASE_MODEL=spec.hf_id,
+        WORKSPACE=str(workspace),
+        MODEL_PATH=str(workspace / "models" / spec.hf_id),
+        DATA_PATH=str(workspace / "data"),
+        OUTPUT_DIR=str(workspace / "output"),
+        GRADING_SERVER_URL=url,
+        AGENT_SEED=str(spec.seed),
+        OMP_NUM_THREADS=str(spec.threads),
+        # Caches inside the workspace: the rest of the file system is read-only in the sandbox.
+        HF_HOME=str(cache / "huggingface"),
+        XDG_CACHE_HOME=str(cache),
+        MPLCONFIGDIR=str(cache / "matplotlib"),
+        TMPDIR="/tmp",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the agent's session and every descendant, then SIGKILL what is left after grace_s."""
+    try:
+        members = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        members = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)  # the session leader's group: children that did not detach
+        except (ProcessLookupError, PermissionError):
+            pass
+        for member in members:  # descendants that started their own session
+            try:
+                member.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(members, timeout=grace_s if sig == signal.SIGTERM else 5)
+        members = alive
+        if not members:
+            break
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def run_agent(spec: RunSpec) -> RunRecord:
+    """Run the agent to completion or deadline; always returns (and writes) a run record."""
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    grader_dir = spec.run_dir / "grader"
+    command = agent_command(spec.agent)
+    start = time.time()
+    grader = Grader(
+        GraderConfig(
+            workspace=spec.workspace.resolve(),
+            grader_dir=grader_dir,
+            task_settings=spec.task_settings,
+            eval_dir=spec.eval_dir.resolve(),
+            baseline_score=spec.baseline["score"],
+            baseline_fingerprint=spec.baseline["fingerprint"],
+            start_time=start,
+            timeout_s=spec.time_limit_s,
+            secret=new_secret(),
+            evaluation=spec.evaluation,
+            gpus=[g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g],
+        )
+    )
+    exit_code, timed_out, error, status = None, False, None, "error"
+    plan = sandbox.SandboxPlan("none", command, "not started")
+    problems = readiness_problems(spec.agent)
+    log_path = spec.workspace / "agent.log"
+    with GradingServer(grader) as server:
+        if problems:
+            error = f"agent {spec.agent['name']!r} is not ready: " + "; ".join(problems)
+        else:
+            try:
+                plan = sandbox.plan(
+                    command,
+                    spec.workspace,
+                    hidden=spec.hidden_paths,
+                    readonly_inside=[spec.workspace / "data", spec.workspace / "models"],
+                    backend=spec.sandbox_backend,
+                )
+                with open(log_path, "ab") as log:
+                    proc = subprocess.Popen(
+                        plan.argv,
+                        cwd=spec.workspace,
+                        env=agent_env(spec, server.url),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                    try:
+                        exit_code = proc.wait(timeout=max(0.0, grader.config.end_time - time.time()))
+                    except subprocess.TimeoutExpired:
+                        timed_out = True
+                        kill_tree(proc, spec.kill_grace_s)
+                        exit_code = proc.returncode
+                status = "timeout" if timed_out else ("completed" if exit_code == 0 else "failed")
+            except (OSError, RuntimeError) as exc:
+                error = f"could not start the agent: {exc}"
+    end = time.time()
+    scored = [e for e in grader.entries if e.get("score") is not None]
+    record = RunRecord(
+        status=status,
+        exit_code=exit_code,
+        timed_out=timed_out,
+        start_time=start,
+        end_time=end,
+        duration_s=round(end - start, 3),
+        time_limit_s=spec.time_limit_s,
+        submissions=len(grader.entries),
+        valid_submissions=len(scored),
+        best=grader.best,
+        sandbox=plan.backend,
+        sandbox_note=plan.note,
+        command=command,
+        error=error,
+        labels=spec.labels,
+        provenance=provenance(),
+    )
+    write_json(spec.run_dir / "run.json", asdict(record))
+    return record

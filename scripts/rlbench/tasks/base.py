@@ -1,0 +1,59 @@
+"""The task interface: prepare data, describe the task, expose files, evaluate a model."""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+TRAIN_FILE = "train.jsonl"
+EVAL_FILE = "eval.jsonl"
+
+
+@dataclass
+class EvalResult:
+    """The score of one model on a task's held-out split (0-100) and what it rests on."""
+
+    score: float
+    n: int
+    correct: int
+    items: list[dict] = field(default_factory=list)
+
+    def to_dict(self, with_items: bool = True) -> dict:
+        data = asdict(self)
+        if not with_items:
+            data.pop("items")
+        return data
+
+
+class Task(ABC):
+    """One benchmark task. Knows nothing of the grader, the runner or Snakemake."""
+
+    name: str
+    level: str
+    #: the file copied into every workspace as task.py (prompt format, reward)
+    public_module_path: Path
+
+    @abstractmethod
+    def prepare(self, settings: dict, train_dir: Path, eval_dir: Path) -> dict:
+        """Write the training split to train_dir and the held-out split to eval_dir."""
+
+    @abstractmethod
+    def describe(self, settings: dict) -> str:
+        """The task description an agent reads (description.md)."""
+
+    @abstractmethod
+    def evaluate(self, model_dir: Path, eval_dir: Path, backend, settings: dict) -> EvalResult:
+        """Score a model on the held-out split with a generation backend."""
+
+    def exposed_files(self) -> dict[str, Path]:
+        """Workspace-relative name -> file the agent gets (reward code, prompts, env code)."""
+        return {"task.py": self.public_module_path}
+
+    def public_module(self) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"rlbench_public_{self.name}", self.public_module_path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module

@@ -1,0 +1,91 @@
+"""Build an agent's workspace: base model and training split read-only, task files, rules."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from rlbench.jsonio import sha256_file
+from rlbench.tasks import Task
+
+INSTRUCTIONS = """\
+# Instructions
+
+You are inside an isolated workspace. Your job: post-train the base model so that it scores
+higher on the task in `description.md`, within the time budget. Use any method (SFT, DPO, GRPO,
+PPO, rollouts with the task's reward...).
+
+## Layout (use relative paths)
+
+- `code/` — your code (writable).
+- `data/` — the training split (read-only). The evaluation split is held out: you never see it.
+- `models/{hf_id}/` — the base model (read-only).
+- `output/` — save trained checkpoints here, one directory per version (`output/v1`, `output/v2`...).
+- `task.py` — the task's prompt format, answer extraction and reward, exactly as the grader uses them.
+- `run_meta.json` — start_time, timeout_s, last_submit_time, end_time (unix seconds).
+- `scores.json` — your submissions so far and the best one.
+
+Environment variables: TASK, BASE_MODEL, WORKSPACE, MODEL_PATH, DATA_PATH, OUTPUT_DIR,
+GRADING_SERVER_URL.
+
+## Submitting
+
+A checkpoint is a full model directory saved with `model.save_pretrained(dir)` and
+`tokenizer.save_pretrained(dir)`: safetensors weights only (no .bin/pickle files), no custom
+code (`auto_map`), not a LoRA adapter (merge it first with `merge_and_unload()`).
+
+    curl -X POST "$GRADING_SERVER_URL/submit" -d '{{"model_path": "output/v1"}}'
+
+    import os, requests
+    requests.post(f"{{os.environ['GRADING_SERVER_URL']}}/submit", json={{"model_path": "output/v1"}}).json()
+
+The response holds `score`, `baseline_score`, `improvement` and `best`; a refused submission
+returns an `error` that says why. Submitting the same weights twice returns the cached score.
+`GET $GRADING_SERVER_URL/time` tells the remaining time; `GET $GRADING_SERVER_URL/health` the
+server state. Your result is the best submission made before the deadline. At the deadline
+every process you started is stopped.
+"""
+
+
+def _place_readonly(source: Path, dest: Path) -> None:
+    """Hard-link (cheap for multi-GB models) or copy one file, then make it read-only."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+    dest.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
+
+def _readonly_tree(source: Path, dest: Path) -> list[str]:
+    placed = []
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            _place_readonly(path, dest / path.relative_to(source))
+            placed.append(str(path.relative_to(source)))
+    return placed
+
+
+def prepare_workspace(
+    workspace: Path, task: Task, task_settings: dict, model_dir: Path, hf_id: str, train_dir: Path
+) -> dict:
+    """Create a fresh workspace; returns a manifest (every file and its sha256)."""
+    if workspace.exists():
+        for path in workspace.rglob("*"):  # read-only files must become writable to be removed
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | stat.S_IWUSR)
+        shutil.rmtree(workspace)
+    for name in ("code", "data", "output"):
+        (workspace / name).mkdir(parents=True)
+    _readonly_tree(Path(train_dir), workspace / "data")
+    _readonly_tree(Path(model_dir), workspace / "models" / hf_id)
+    (workspace / "description.md").write_text(task.describe(task_settings))
+    (workspace / "instructions.md").write_text(INSTRUCTIONS.format(hf_id=hf_id))
+    for name, source in task.exposed_files().items():
+        shutil.copyfile(source, workspace / name)
+    files = {
+        str(p.relative_to(workspace)): sha256_file(p) for p in sorted(workspace.rglob("*")) if p.is_file()
+    }
+    return {"workspace": str(workspace), "model": f"models/{hf_id}", "files": files}
