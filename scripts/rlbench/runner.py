@@ -20,6 +20,8 @@ from rlbench.grader.server import GradingServer, new_secret
 from rlbench.jsonio import write_json
 
 AGENTS_DIR = Path(__file__).resolve().parents[1] / "agents"
+# Every agent process inherits this variable: detached daemons are found by it at the deadline.
+RUN_MARKER = "RLBENCH_RUN_MARKER"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
@@ -89,7 +91,10 @@ def provenance() -> dict:
 
 def agent_command(agent: dict) -> list[str]:
     """The agent's argv with {python} and {agents_dir} filled in."""
-    return [part.format(python=sys.executable, agents_dir=str(AGENTS_DIR)) for part in agent["command"]]
+    # Plain replacement, not str.format: shell snippets in commands carry JSON braces.
+    return [
+        part.replace("{python}", sys.executable).replace("{agents_dir}", str(AGENTS_DIR)) for part in agent["command"]
+    ]
 
 
 def readiness_problems(agent: dict) -> list[str]:
@@ -100,7 +105,7 @@ def readiness_problems(agent: dict) -> list[str]:
     return problems
 
 
-def agent_env(spec: RunSpec, url: str) -> dict:
+def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
     workspace = spec.workspace.resolve()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
     env.update(OFFLINE_ENV)
@@ -123,15 +128,30 @@ def agent_env(spec: RunSpec, url: str) -> dict:
         TMPDIR="/tmp",
         PYTHONUNBUFFERED="1",
     )
+    env[RUN_MARKER] = marker
     return env
 
 
-def kill_tree(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM the agent's session and every descendant, then SIGKILL what is left after grace_s."""
+def agent_processes(proc: subprocess.Popen, marker: str) -> list[psutil.Process]:
+    """The agent, its descendants, and daemons it detached (found by the run marker in their env)."""
+    found: dict[int, psutil.Process] = {}
     try:
-        members = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+        root = psutil.Process(proc.pid)
+        found.update({p.pid: p for p in [root, *root.children(recursive=True)]})
     except psutil.NoSuchProcess:
-        members = []
+        pass
+    for candidate in psutil.process_iter():
+        try:
+            if candidate.pid not in found and candidate.environ().get(RUN_MARKER) == marker:
+                found[candidate.pid] = candidate
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return list(found.values())
+
+
+def kill_tree(proc: subprocess.Popen, grace_s: float, marker: str) -> None:
+    """SIGTERM the agent's session and every process of the run, then SIGKILL what is left after grace_s."""
+    members = agent_processes(proc, marker)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)  # the session leader's group: children that did not detach
@@ -157,6 +177,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     grader_dir = spec.run_dir / "grader"
     command = agent_command(spec.agent)
+    marker = new_secret()
     start = time.time()
     grader = Grader(
         GraderConfig(
@@ -193,7 +214,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
                     proc = subprocess.Popen(
                         plan.argv,
                         cwd=spec.workspace,
-                        env=agent_env(spec, server.url),
+                        env=agent_env(spec, server.url, marker),
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -203,7 +224,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
                         exit_code = proc.wait(timeout=max(0.0, grader.config.end_time - time.time()))
                     except subprocess.TimeoutExpired:
                         timed_out = True
-                        kill_tree(proc, spec.kill_grace_s)
+                        kill_tree(proc, spec.kill_grace_s, marker)
                         exit_code = proc.returncode
                 status = "timeout" if timed_out else ("completed" if exit_code == 0 else "failed")
             except (OSError, RuntimeError) as exc:

@@ -56,7 +56,8 @@ def plan(
         return SandboxPlan("none", list(argv), f"UNSANDBOXED: {why}")
     workspace = workspace.resolve()
     wrapped = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    wrapped += ["--tmpfs", "/tmp", "--die-with-parent"]
+    # A private PID namespace: when the agent's init exits or is killed, every process in it dies.
+    wrapped += ["--tmpfs", "/tmp", "--unshare-pid", "--die-with-parent"]
     for path in hidden:
         wrapped += ["--tmpfs", str(path.resolve())]
     wrapped += ["--bind", str(workspace), str(workspace)]

@@ -1,0 +1,110 @@
+"""The agent runner: deadline kills the whole tree, failures are results, the sandbox hides results/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import EVALUATION, GSM8K_SETTINGS
+from rlbench.grader.checks import fingerprint
+from rlbench.jsonio import read_json, read_jsonl
+from rlbench.runner import RunSpec, run_agent
+from rlbench.sandbox import bubblewrap_available
+
+SUBMIT_BASE = (
+    'cp -r "$MODEL_PATH" "$OUTPUT_DIR/v1" && '
+    'python3 -c "import json,os,urllib.request as u; '
+    "r=u.Request(os.environ['GRADING_SERVER_URL']+'/submit', json.dumps({'model_path':'output/v1'}).encode()); "
+    'print(u.urlopen(r).read().decode())"'
+)
+
+
+def spec_for(workspace: Path, tiny_model: Path, gsm8k_data, command: list[str], **kwargs) -> RunSpec:
+    options = dict(time_limit_s=60, kill_grace_s=1, sandbox_backend="none")
+    options.update(kwargs)
+    return RunSpec(
+        run_dir=workspace.parent,
+        workspace=workspace,
+        task_settings=GSM8K_SETTINGS,
+        agent={"name": "test", "command": command},
+        hf_id="rlbench/tiny-qwen2",
+        eval_dir=gsm8k_data[1],
+        baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
+        evaluation=EVALUATION,
+        hidden_paths=[gsm8k_data[1].parent],
+        labels={"task": "gsm8k", "model": "tiny", "agent": "test", "seed": "0"},
+        **options,
+    )
+
+
+def test_agent_killed_at_deadline_leaves_complete_ledger_and_timeout_record(workspace, tiny_model, gsm8k_data):
+    pid_file = workspace / "code" / "grandchild.pid"
+    script = (
+        f"{SUBMIT_BASE} && "
+        # A grandchild in its own session: killing the process group alone would miss it.
+        f"(setsid sleep 1000 & echo $! > {pid_file}) && sleep 1000"
+    )
+    started = time.time()
+    record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", script], time_limit_s=6))
+    assert time.time() - started < 30
+    run = read_json(workspace.parent / "run.json")
+    assert run["status"] == "timeout" and run["timed_out"] is True and record.status == "timeout"
+    assert run["submissions"] == 1 and run["valid_submissions"] == 1
+    entries = list(read_jsonl(workspace.parent / "grader" / "ledger.jsonl"))
+    assert len(entries) == 1 and entries[0]["score"] == 0.0 and entries[0]["status"] == "cached"
+    grandchild = int(pid_file.read_text())
+    assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+    assert "GRADING_SERVER_URL" not in (workspace / "agent.log").read_text()
+
+
+def test_failing_agent_is_a_recorded_result(workspace, tiny_model, gsm8k_data):
+    record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", "echo boom; exit 3"]))
+    assert record.status == "failed" and record.exit_code == 3 and record.submissions == 0
+    assert (workspace.parent / "grader" / "ledger.jsonl").read_text() == ""
+    assert "boom" in (workspace / "agent.log").read_text()
+
+
+def test_agent_not_ready_is_recorded_not_raised(workspace, tiny_model, gsm8k_data):
+    spec = spec_for(workspace, tiny_model, gsm8k_data, ["no-such-agent-binary"])
+    spec.agent["requires"] = {"binaries": ["no-such-agent-binary"], "env": ["RLBENCH_TEST_UNSET_KEY"]}
+    record = run_agent(spec)
+    assert record.status == "error"
+    assert "no-such-agent-binary" in record.error and "RLBENCH_TEST_UNSET_KEY" in record.error
+
+
+def test_agent_gets_the_contract_environment(workspace, tiny_model, gsm8k_data):
+    script = "env | grep -E '^(TASK|BASE_MODEL|WORKSPACE|MODEL_PATH|DATA_PATH|OUTPUT_DIR|GRADING_SERVER_URL)=' > code/env.txt; pwd >> code/env.txt"
+    run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", script]))
+    lines = (workspace / "code" / "env.txt").read_text().splitlines()
+    env = dict(line.split("=", 1) for line in lines[:-1])
+    assert env["TASK"] == "gsm8k" and env["BASE_MODEL"] == "rlbench/tiny-qwen2"
+    assert Path(env["MODEL_PATH"]) == workspace.resolve() / "models" / "rlbench" / "tiny-qwen2"
+    assert Path(env["DATA_PATH"], "train.jsonl").exists()
+    assert env["GRADING_SERVER_URL"].startswith("http://127.0.0.1:")
+    assert Path(lines[-1]) == workspace.resolve()
+
+
+@pytest.mark.skipif(not bubblewrap_available()[0], reason="bubblewrap cannot run here")
+def test_sandbox_hides_held_out_split_and_keeps_grader_reachable(workspace, tiny_model, gsm8k_data):
+    eval_file = gsm8k_data[1] / "eval.jsonl"
+    script = f"{SUBMIT_BASE} > code/submit.txt; cat {eval_file} > code/stolen.txt 2>&1; ls {gsm8k_data[1]} > code/ls.txt 2>&1; true"
+    record = run_agent(
+        spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", script], sandbox_backend="bubblewrap")
+    )
+    assert record.sandbox == "bubblewrap" and record.valid_submissions == 1
+    assert json.loads((workspace / "code" / "submit.txt").read_text())["score"] == 0.0
+    assert "No such file" in (workspace / "code" / "stolen.txt").read_text()
+    assert eval_file.exists()  # hidden from the agent, not removed
+
+
+def test_workspace_holds_no_held_out_file(workspace, gsm8k_data):
+    held_out = {p.read_bytes() for p in gsm8k_data[1].iterdir()}
+    for path in workspace.rglob("*"):
+        if path.is_file():
+            assert path.read_bytes() not in held_out, path
+    assert shutil.which("bash")
