@@ -1,0 +1,62 @@
+"""Config and registry validation: mistakes stop early with the key and the allowed values."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from rlbench.config import CONFIG_DIR, ConfigError, Registries, task_settings, validate_config
+
+
+@pytest.fixture(scope="module")
+def registries() -> Registries:
+    return Registries.load()
+
+
+@pytest.fixture
+def default_config() -> dict:
+    return yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())
+
+
+def test_default_config_is_valid_and_gets_defaults(registries, default_config):
+    config = validate_config(default_config, registries)
+    assert config["sweep"]["agents"] == ["copy", "sft", "grpo"]
+    assert config["evaluation"]["backend"] == "auto"
+
+
+def test_unknown_key_names_the_key_and_the_allowed_keys(registries, default_config):
+    default_config["budget"]["time_limt_s"] = 5
+    with pytest.raises(ConfigError) as error:
+        validate_config(default_config, registries)
+    assert "'time_limt_s'" in str(error.value) and "time_limit_s" in str(error.value)
+
+
+def test_wrong_enum_value_lists_allowed_values(registries, default_config):
+    default_config["evaluation"]["backend"] = "tgi"
+    with pytest.raises(ConfigError, match=r"evaluation.backend.*allowed values: auto, hf, vllm"):
+        validate_config(default_config, registries)
+
+
+@pytest.mark.parametrize("kind,name", [("tasks", "gsm9k"), ("models", "gpt-5"), ("agents", "claud")])
+def test_unknown_registry_name_is_refused(registries, default_config, kind, name):
+    config = copy.deepcopy(default_config)
+    config["sweep"][kind] = [name]
+    with pytest.raises(ConfigError, match=rf"sweep.{kind}\[0\].*{name}.*allowed values"):
+        validate_config(config, registries)
+
+
+def test_task_overrides_apply_over_the_registry(registries, default_config):
+    config = validate_config(default_config, registries)
+    settings = task_settings(config, registries, "gsm8k")
+    assert registries.tasks["gsm8k"]["source"] == "hub"
+    assert settings["source"] == "offline" and settings["module"] == "gsm8k"
+
+
+def test_registry_entry_with_wrong_name_is_refused(tmp_path):
+    for kind in ("tasks", "models", "agents"):
+        (tmp_path / kind).mkdir()
+    (tmp_path / "agents" / "mine.yaml").write_text("name: other\ncommand: [echo]\n")
+    with pytest.raises(ConfigError, match="must equal the file name"):
+        Registries.load(tmp_path)

@@ -1,0 +1,74 @@
+"""GSM8K: answer extraction as in the reference, scoring, and a leak-free offline twin."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import GSM8K_SETTINGS
+from rlbench.generation import GenerationBackend
+from rlbench.jsonio import read_jsonl
+from rlbench.tasks.gsm8k import GSM8K
+from rlbench.tasks import gsm8k_public as public
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("so 3+4=7\n#### 7", "7"),
+        ("#### 1,234", "1234"),
+        ("answer #### -5.0 and later 9", "-5"),
+        ("no marker, the result is 42.", "42"),
+        ("first 3 then #### 8 then #### 9", "9"),
+        ("nothing numeric", None),
+    ],
+)
+def test_extract_answer_uses_marker_then_last_number(text, expected):
+    assert public.extract_answer(text) == expected
+
+
+def test_reward_is_exact_match_of_final_number():
+    example = {"question": "q", "answer": "2+2=4\n#### 4"}
+    assert public.reward("It is 4.00", example) == 1.0
+    assert public.reward("#### 5", example) == 0.0
+
+
+def test_offline_splits_are_disjoint_and_well_formed(gsm8k_data):
+    train = list(read_jsonl(gsm8k_data[0] / "train.jsonl"))
+    held_out = list(read_jsonl(gsm8k_data[1] / "eval.jsonl"))
+    assert len(train) == GSM8K_SETTINGS["train_size"] and len(held_out) == GSM8K_SETTINGS["eval_size"]
+    assert not {r["question"] for r in train} & {r["question"] for r in held_out}
+    assert all(public.reference_answer(r) is not None and "####" in r["answer"] for r in train + held_out)
+
+
+def test_offline_twin_is_reproducible(tmp_path, gsm8k_data):
+    GSM8K().prepare(GSM8K_SETTINGS, tmp_path / "train", tmp_path / "eval")
+    assert (tmp_path / "eval" / "eval.jsonl").read_bytes() == (gsm8k_data[1] / "eval.jsonl").read_bytes()
+
+
+class OracleBackend(GenerationBackend):
+    """Answers the first half of the problems right, the rest wrong."""
+
+    name = "oracle"
+
+    def __init__(self, rows):
+        self.answers = {public.format_prompt(r)[0]["content"]: public.reference_answer(r) for r in rows}
+
+    def generate_chat(self, conversations, max_new_tokens):
+        out = []
+        for i, conv in enumerate(conversations):
+            gold = self.answers[conv[0]["content"]]
+            out.append(f"#### {gold}" if i < len(conversations) // 2 else "#### -1")
+        return out
+
+
+def test_evaluate_scores_exact_match_percentage(gsm8k_data):
+    rows = list(read_jsonl(gsm8k_data[1] / "eval.jsonl"))
+    result = GSM8K().evaluate(None, gsm8k_data[1], OracleBackend(rows), GSM8K_SETTINGS)
+    assert result.n == 4 and result.correct == 2 and result.score == 50.0
+
+
+def test_tiny_model_evaluates_through_the_hf_backend(tiny_model, gsm8k_data):
+    from rlbench.evaluation import evaluate_model
+
+    result = evaluate_model(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], {"backend": "hf", "batch_size": 2})
+    assert result["backend"] == "hf" and result["n"] == 4 and len(result["items"]) == 4
