@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.diagnostics import failure_type, iterations, process_metrics, summary_markdown
+from rlbench.diagnostics import failure_type, iterations, process_metrics, run_route, summary_markdown
 from rlbench.jsonio import read_json, read_jsonl, write_json, write_jsonl
 
 run = read_json(Path(snakemake.input.run))
@@ -26,7 +26,7 @@ summary = {
     "delta": final["delta"],
     "submissions": run["submissions"],
     "valid_submissions": run["valid_submissions"],
-    "route": artifacts["route"],
+    "route": run_route(artifacts["route"], metrics),
     "failure_type": None,
     "metrics": metrics,
 }

@@ -60,3 +60,11 @@ def test_registry_entry_with_wrong_name_is_refused(tmp_path):
     (tmp_path / "agents" / "mine.yaml").write_text("name: other\ncommand: [echo]\n")
     with pytest.raises(ConfigError, match="must equal the file name"):
         Registries.load(tmp_path)
+
+
+def test_optional_sections_get_their_defaults(registries, default_config):
+    for section in ("tasks", "evaluation", "sandbox"):
+        default_config.pop(section)
+    config = validate_config(default_config, registries)
+    assert config["sandbox"]["backend"] == "auto" and config["evaluation"]["batch_size"] == 32
+    assert config["tasks"] == {}

@@ -39,7 +39,8 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 def planned_jobs(workdir: Path) -> dict[str, int]:
     """Rule -> job count of a dry run ({} when there is nothing to do)."""
-    out = snakemake(workdir, "-n").stdout
+    proc = snakemake(workdir, "-n")
+    out = proc.stdout + proc.stderr
     table = re.search(r"Job stats:\njob\s+count\n[-\s]+\n(.*?)\ntotal", out, re.S)
     if table is None:
         return {}
@@ -57,7 +58,7 @@ def test_default_sweep_plans_from_the_repo_root(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for rule in ("prepare_data", "evaluate_baseline", "run_agent", "evaluate_final", "aggregate"):
-        assert rule in proc.stdout
+        assert rule in proc.stdout + proc.stderr
 
 
 def test_lint_is_clean():
@@ -74,6 +75,8 @@ def test_invalid_config_stops_with_the_key_and_allowed_values(tmp_path):
 
 def test_tiny_sweep_end_to_end_then_targeted_rerun(tmp_path):
     workdir = make_workdir(tmp_path, TEST_CONFIG)
+    plan = planned_jobs(workdir)
+    assert plan["run_agent"] == 3 and plan["evaluate_baseline"] == 1 and plan["prepare_workspace"] == 3
     snakemake(workdir, "--cores", "2")
     results = workdir / "results"
 
@@ -81,6 +84,7 @@ def test_tiny_sweep_end_to_end_then_targeted_rerun(tmp_path):
         rows = {row["agent"]: row for row in csv.DictReader(handle)}
     assert set(rows) == {"copy", "sft", "grpo"}
     assert float(rows["copy"]["delta"]) == 0.0 and rows["copy"]["status"] == "completed"
+    assert read_json(results / "runs" / "gsm8k" / "tiny" / "copy" / "0" / "summary.json")["route"] == "Copy"
     for agent in ("sft", "grpo"):
         run_dir = results / "runs" / "gsm8k" / "tiny" / agent / "0"
         ledger = list(read_jsonl(run_dir / "grader" / "ledger.jsonl"))
@@ -93,6 +97,7 @@ def test_tiny_sweep_end_to_end_then_targeted_rerun(tmp_path):
         assert rows[agent]["submissions"] == str(len(ledger)) and int(rows[agent]["submissions"]) >= 1
         summary = read_json(run_dir / "summary.json")
         assert summary["metrics"]["valid_submission_rate"] > 0
+        assert summary["route"] == {"sft": "SFT-only", "grpo": "GRPO"}[agent]
         assert (run_dir / "summary.md").read_text().startswith("# gsm8k / tiny /")
 
     held_out = {p.read_bytes() for p in (results / "data" / "gsm8k" / "eval").iterdir()}

@@ -24,7 +24,7 @@ def _code_files(code_dir: Path) -> list[Path]:
 
 
 def detect_route(code_dir: Path) -> str:
-    """SFT, GRPO, PPO, DPO or SFT+RL from the code; 'none' when there is no training code."""
+    """SFT-only, GRPO, PPO, DPO or SFT+RL from the code; 'none' when there is no training code."""
     text = ""
     for path in _code_files(code_dir):
         if path.suffix in {".py", ".sh"} and path.stat().st_size < 2_000_000:
@@ -35,7 +35,18 @@ def detect_route(code_dir: Path) -> str:
         return "SFT+RL"
     if rl:
         return rl[0]
-    return "SFT" if "SFT" in found else "none"
+    return "SFT-only" if "SFT" in found else "none"
+
+
+def run_route(code_route: str, metrics: dict) -> str:
+    """The run's route label: Copy when every valid submission was the base model, Placeholder/Missing
+    when nothing valid was submitted, else what the code trains with."""
+    valid = sum(score is not None for score in metrics["score_trajectory"])
+    if valid == 0:
+        return "Placeholder/Missing"
+    if metrics["copy_model_count"] >= valid:
+        return "Copy"
+    return code_route
 
 
 def collect_artifacts(run_dir: Path) -> dict:

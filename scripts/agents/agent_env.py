@@ -1,0 +1,137 @@
+"""What the three reference agents share: the workspace contract, and nothing from the harness.
+
+An agent sees only environment variables, the workspace files and the grading API, exactly
+like an LLM agent would: `TASK`, `BASE_MODEL`, `WORKSPACE`, `MODEL_PATH`, `DATA_PATH`,
+`OUTPUT_DIR`, `GRADING_SERVER_URL` (its secret is a path prefix: append `/submit`, `/time`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+# Offline by default (the harness sets these too); must happen before transformers is imported.
+for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import requests  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+WORKSPACE = Path(os.environ.get("WORKSPACE", os.getcwd())).resolve()
+MODEL_PATH = Path(os.environ["MODEL_PATH"])
+DATA_PATH = Path(os.environ.get("DATA_PATH", WORKSPACE / "data"))
+OUTPUT_DIR = Path(os.environ.get("OUTPUT_DIR", WORKSPACE / "output"))
+SERVER = os.environ.get("GRADING_SERVER_URL", "").rstrip("/")
+SEED = int(os.environ.get("AGENT_SEED", "0"))
+
+# Keep this agent's code in the workspace, where an LLM agent's code would be: the harness
+# snapshots code/ at every submission and reads the training route from it.
+_CODE = WORKSPACE / "code" / "agent"
+_CODE.mkdir(parents=True, exist_ok=True)
+for _source in {Path(sys.argv[0]).resolve(), Path(__file__).resolve()}:
+    if _source.suffix == ".py" and _source.exists():
+        shutil.copyfile(_source, _CODE / _source.name)
+
+
+def log(*parts) -> None:
+    print(time.strftime("[%H:%M:%S]"), *parts, flush=True)
+
+
+def env_int(name: str, default: int | None) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    return float(value) if value.strip() else default
+
+
+def load_task():
+    """The workspace's public task module (task.py): format_prompt, format_target, reward."""
+    spec = importlib.util.spec_from_file_location("task", WORKSPACE / "task.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_rows(limit: int | None = None) -> list[dict]:
+    with open(DATA_PATH / "train.jsonl", encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    return rows[:limit] if limit else rows
+
+
+def time_left() -> float | None:
+    """Seconds left to submit (GET /time), or None when the server does not say."""
+    try:
+        info = requests.get(f"{SERVER}/time", timeout=10).json()
+        return float(info["remaining"])
+    except Exception as exc:  # noqa: BLE001 - a reference agent keeps going
+        log(f"GET /time failed: {exc!r}")
+        return None
+
+
+def submit(checkpoint: Path) -> dict | None:
+    """POST /submit; returns the response when it carries a score, None on refusal or failure."""
+    rel = os.path.relpath(Path(checkpoint).resolve(), WORKSPACE)
+    try:
+        response = requests.post(f"{SERVER}/submit", json={"model_path": rel}, timeout=(10, 3600))
+        body = response.json() if response.content else {}
+    except Exception as exc:  # noqa: BLE001
+        log(f"submit {rel} failed: {exc!r}")
+        return None
+    log(f"submit {rel} -> HTTP {response.status_code}: {json.dumps(body)}")
+    if response.ok and body.get("score") is not None and not body.get("error"):
+        return body
+    return None
+
+
+def save_checkpoint(model, tokenizer, out_dir: Path) -> Path:
+    """A full model (safetensors) plus its tokenizer, as the grader wants it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    use_cache = model.config.use_cache
+    model.config.use_cache = True  # the Trainer switches the KV cache off; evaluation wants it on
+    model.save_pretrained(out_dir)
+    model.config.use_cache = use_cache
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def trainer_dir(name: str) -> str:
+    """Scratch folder for a trainer (nothing is saved there with save_strategy='no')."""
+    return str(WORKSPACE / "code" / "trainer_runs" / name)
+
+
+class Rounds(TrainerCallback):
+    """Every `steps` optimizer steps: save output/v{k}, submit it, and stop training when the
+    rounds are done or /time says another round would not fit."""
+
+    def __init__(self, tokenizer, rounds: int, steps: int, margin_s: float = 30.0):
+        self.tokenizer, self.rounds, self.steps, self.margin_s = tokenizer, rounds, steps, margin_s
+        self.scored = 0  # submissions that got a score
+        self.round_started = time.time()
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.steps:
+            return control
+        k = state.global_step // self.steps
+        round_s = time.time() - self.round_started
+        path = save_checkpoint(model, self.tokenizer, OUTPUT_DIR / f"v{k}")
+        log(f"round {k}: {self.steps} steps in {round_s:.1f}s, saved {path}")
+        if submit(path) is not None:
+            self.scored += 1
+        round_s = time.time() - self.round_started  # including the save and the evaluation
+        left = time_left() if k < self.rounds else None
+        if k >= self.rounds:
+            control.should_training_stop = True
+        elif left is not None and left < 1.5 * round_s + self.margin_s:
+            log(f"stopping after round {k}: {left:.0f}s left is too little for another round")
+            control.should_training_stop = True
+        self.round_started = time.time()
+        return control

@@ -1,0 +1,68 @@
+"""Reference agent: supervised fine-tuning on the training split with TRL's SFTTrainer.
+
+The data are conversational prompt/completion pairs built by the workspace's task.py, so the
+model learns exactly the prompt format the grader uses. Every SFT_STEPS_PER_ROUND steps it saves
+output/v{k} and submits it, for up to SFT_ROUNDS rounds while /time leaves room for another.
+
+Env: SFT_ROUNDS (2), SFT_STEPS_PER_ROUND (20), SFT_LR (5e-4), SFT_BATCH_SIZE (8),
+SFT_MAX_LENGTH (384), SFT_MAX_TRAIN_ROWS (all), AGENT_SEED (0).
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_env import (  # noqa: E402
+    MODEL_PATH, SEED, Rounds, env_float, env_int, load_rows, load_task, log, time_left, trainer_dir,
+)
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl import SFTConfig, SFTTrainer  # noqa: E402
+
+ROUNDS = env_int("SFT_ROUNDS", 2)
+STEPS = env_int("SFT_STEPS_PER_ROUND", 20)
+on_gpu = torch.cuda.is_available()
+
+task = load_task()
+rows = load_rows(env_int("SFT_MAX_TRAIN_ROWS", None))
+dataset = Dataset.from_list([
+    {"prompt": task.format_prompt(row), "completion": [{"role": "assistant", "content": task.format_target(row)}]}
+    for row in rows
+])
+log(f"SFT on {len(dataset)} rows, {ROUNDS} rounds x {STEPS} steps, gpu={on_gpu}")
+
+left = time_left()
+if left is not None and left < 60:
+    log(f"only {left:.0f}s left: not training")
+    sys.exit(1)
+
+tokenizer = AutoTokenizer.from_pretrained(MODEL_PATH)
+model = AutoModelForCausalLM.from_pretrained(
+    MODEL_PATH, dtype=torch.bfloat16 if on_gpu else torch.float32, trust_remote_code=False
+)
+
+config = SFTConfig(
+    output_dir=trainer_dir("sft"),
+    max_steps=ROUNDS * STEPS,
+    per_device_train_batch_size=env_int("SFT_BATCH_SIZE", 8),
+    learning_rate=env_float("SFT_LR", 5e-4),
+    lr_scheduler_type="constant_with_warmup",
+    warmup_steps=min(5, STEPS),
+    max_length=env_int("SFT_MAX_LENGTH", 384),
+    logging_steps=5,
+    save_strategy="no",
+    report_to="none",
+    seed=SEED,
+    use_cpu=not on_gpu,
+    bf16=on_gpu,
+    disable_tqdm=True,
+)
+rounds = Rounds(tokenizer, ROUNDS, STEPS)
+trainer = SFTTrainer(
+    model=model, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[rounds]
+)
+trainer.train()
+log(f"done: {rounds.scored} scored submissions")
+sys.exit(0 if rounds.scored else 1)
