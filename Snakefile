@@ -24,6 +24,6 @@ include: "rules/levels/static.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_output(),
-    default_target: True

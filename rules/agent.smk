@@ -6,6 +6,13 @@ rule run_agent:
     output:
         run=run_path("run.json"),
         ledger=run_path("grader/ledger.jsonl"),
+    log:
+        "results/logs/run_agent/{task}/{model}/{agent}/{seed}.log",
+    benchmark:
+        "results/benchmarks/run_agent/{task}/{model}/{agent}/{seed}.tsv"
+    conda:
+        "../envs/rlbench.yaml"
+    threads: 1
     params:
         task=get_task_settings,
         agent=get_agent_spec,
@@ -13,12 +20,5 @@ rule run_agent:
         budget=config["budget"],
         evaluation=config["evaluation"],
         sandbox=config["sandbox"]["backend"],
-    threads: 1
-    log:
-        "results/logs/run_agent/{task}/{model}/{agent}/{seed}.log",
-    benchmark:
-        "results/benchmarks/run_agent/{task}/{model}/{agent}/{seed}.tsv"
-    conda:
-        "../envs/rlbench.yaml"
     script:
         "../scripts/run_agent.py"

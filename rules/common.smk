@@ -70,7 +70,8 @@ def get_run_files(name):
 
 def get_final_output():
     """The report and every run's final evaluation and summary: requested explicitly, so that a
-    deleted final.json is recomputed even though the summary built from it still exists."""
+    deleted final.json is recomputed even though the summary built from it still exists.
+    """
     return (
         ["results/report/leaderboard.csv"]
         + get_run_files("final.json")

@@ -3,12 +3,12 @@ rule prepare_data:
         train="results/data/{task}/train/train.jsonl",
         eval="results/data/{task}/eval/eval.jsonl",
         manifest="results/data/{task}/manifest.json",
-    params:
-        task=get_task_settings,
     log:
         "results/logs/prepare_data/{task}.log",
     conda:
         "../envs/rlbench.yaml"
+    params:
+        task=get_task_settings,
     script:
         "../scripts/prepare_data.py"
 
@@ -16,13 +16,13 @@ rule prepare_data:
 rule prepare_model:
     output:
         model=directory("results/models/{model}"),
-    params:
-        spec=get_model_spec,
     log:
         "results/logs/prepare_model/{model}.log",
     benchmark:
         "results/benchmarks/prepare_model/{model}.tsv"
     conda:
         "../envs/rlbench.yaml"
+    params:
+        spec=get_model_spec,
     script:
         "../scripts/prepare_model.py"

@@ -4,15 +4,15 @@ rule evaluate_baseline:
         eval="results/data/{task}/eval/eval.jsonl",
     output:
         baseline="results/baselines/{task}/{model}.json",
-    params:
-        task=get_task_settings,
-        evaluation=config["evaluation"],
     log:
         "results/logs/evaluate_baseline/{task}/{model}.log",
     benchmark:
         "results/benchmarks/evaluate_baseline/{task}/{model}.tsv"
     conda:
         "../envs/rlbench.yaml"
+    params:
+        task=get_task_settings,
+        evaluation=config["evaluation"],
     script:
         "../scripts/evaluate_baseline.py"
 
@@ -24,14 +24,14 @@ rule evaluate_final:
         baseline="results/baselines/{task}/{model}.json",
     output:
         final=run_path("final.json"),
-    params:
-        task=get_task_settings,
-        evaluation=config["evaluation"],
     log:
         "results/logs/evaluate_final/{task}/{model}/{agent}/{seed}.log",
     benchmark:
         "results/benchmarks/evaluate_final/{task}/{model}/{agent}/{seed}.tsv"
     conda:
         "../envs/rlbench.yaml"
+    params:
+        task=get_task_settings,
+        evaluation=config["evaluation"],
     script:
         "../scripts/evaluate_final.py"

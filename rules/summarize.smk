@@ -9,11 +9,11 @@ rule summarize_run:
         summary=run_path("summary.json"),
         markdown=run_path("summary.md"),
         iterations=run_path("summary.jsonl"),
-    params:
-        level=get_level,
     log:
         "results/logs/summarize_run/{task}/{model}/{agent}/{seed}.log",
     conda:
         "../envs/rlbench.yaml"
+    params:
+        level=get_level,
     script:
         "../scripts/summarize_run.py"

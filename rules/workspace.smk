@@ -4,13 +4,13 @@ rule prepare_workspace:
         model="results/models/{model}",
     output:
         manifest=run_path("workspace.json"),
-    params:
-        task=get_task_settings,
-        hf_id=lambda wildcards: get_model_spec(wildcards)["hf_id"],
-        workspace=lambda wildcards: run_path("workspace").format(**wildcards),
     log:
         "results/logs/prepare_workspace/{task}/{model}/{agent}/{seed}.log",
     conda:
         "../envs/rlbench.yaml"
+    params:
+        task=get_task_settings,
+        hf_id=lambda wildcards: get_model_spec(wildcards)["hf_id"],
+        workspace=lambda wildcards: run_path("workspace").format(**wildcards),
     script:
         "../scripts/prepare_workspace.py"
