@@ -72,3 +72,12 @@ def test_tiny_model_evaluates_through_the_hf_backend(tiny_model, gsm8k_data):
 
     result = evaluate_model(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], {"backend": "hf", "batch_size": 2})
     assert result["backend"] == "hf" and result["n"] == 4 and len(result["items"]) == 4
+
+
+def test_hub_source_without_network_says_to_use_the_offline_twin(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no cached copy of the dataset
+    settings = {**GSM8K_SETTINGS, "source": "hub", "hub": {"path": "openai/gsm8k", "name": "main"}}
+    with pytest.raises(RuntimeError, match="source: offline"):
+        GSM8K().prepare(settings, tmp_path / "train", tmp_path / "eval")

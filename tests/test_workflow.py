@@ -61,9 +61,14 @@ def test_default_sweep_plans_from_the_repo_root(tmp_path):
         assert rule in proc.stdout + proc.stderr
 
 
-def test_lint_is_clean():
+def test_lint_and_format_are_clean():
     proc = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    snakefmt = Path(sys.executable).parent / "snakefmt"
+    if not snakefmt.exists():
+        pytest.skip("snakefmt is not installed (pip install -e '.[dev]')")
+    proc = subprocess.run([str(snakefmt), "--check", "Snakefile", "rules"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_invalid_config_stops_with_the_key_and_allowed_values(tmp_path):
