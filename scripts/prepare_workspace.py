@@ -17,6 +17,7 @@ manifest = prepare_workspace(
     Path(snakemake.input.model),
     snakemake.params.hf_id,
     Path(snakemake.input.train).parent,
+    mode=snakemake.params.mode,
 )
 print(f"workspace with {len(manifest['files'])} files", file=sys.stderr)
 write_json(Path(snakemake.output.manifest), manifest)

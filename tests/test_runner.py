@@ -108,3 +108,14 @@ def test_workspace_holds_no_held_out_file(workspace, gsm8k_data):
         if path.is_file():
             assert path.read_bytes() not in held_out, path
     assert shutil.which("bash")
+
+
+def test_workspace_tells_the_agent_its_mode(tmp_path, tiny_model, gsm8k_data):
+    from conftest import TINY_SPEC
+    from rlbench.tasks.gsm8k import GSM8K
+    from rlbench.workspace import prepare_workspace
+
+    ws = tmp_path / "ws"
+    manifest = prepare_workspace(ws, GSM8K(), GSM8K_SETTINGS, tiny_model, TINY_SPEC["hf_id"], gsm8k_data[0], mode="sft-only")
+    assert "Mode: SFT only" in (ws / "instructions.md").read_text() and manifest["mode"] == "sft-only"
+    assert "task.py" in manifest["files"] and "data/train.jsonl" in manifest["files"]

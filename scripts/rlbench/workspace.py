@@ -68,8 +68,22 @@ def _readonly_tree(source: Path, dest: Path) -> list[str]:
     return placed
 
 
+MODE_RULES = {
+    "free": "",
+    "sft-only": "\n## Mode: SFT only\n\nUse supervised fine-tuning only (no RL, no preference optimisation).\n",
+    "rl-only": "\n## Mode: RL only\n\nImprove the model with reinforcement learning (GRPO, PPO, ...); "
+    "SFT may only warm up an RL run.\n",
+}
+
+
 def prepare_workspace(
-    workspace: Path, task: Task, task_settings: dict, model_dir: Path, hf_id: str, train_dir: Path
+    workspace: Path,
+    task: Task,
+    task_settings: dict,
+    model_dir: Path,
+    hf_id: str,
+    train_dir: Path,
+    mode: str = "free",
 ) -> dict:
     """Create a fresh workspace; returns a manifest (every file and its sha256)."""
     if workspace.exists():
@@ -82,10 +96,10 @@ def prepare_workspace(
     _readonly_tree(Path(train_dir), workspace / "data")
     _readonly_tree(Path(model_dir), workspace / "models" / hf_id)
     (workspace / "description.md").write_text(task.describe(task_settings))
-    (workspace / "instructions.md").write_text(INSTRUCTIONS.format(hf_id=hf_id))
+    (workspace / "instructions.md").write_text(INSTRUCTIONS.format(hf_id=hf_id) + MODE_RULES[mode])
     for name, source in task.exposed_files().items():
         shutil.copyfile(source, workspace / name)
     files = {
         str(p.relative_to(workspace)): sha256_file(p) for p in sorted(workspace.rglob("*")) if p.is_file()
     }
-    return {"workspace": str(workspace), "model": f"models/{hf_id}", "files": files}
+    return {"workspace": str(workspace), "model": f"models/{hf_id}", "mode": mode, "files": files}
