@@ -119,3 +119,21 @@ def test_workspace_tells_the_agent_its_mode(tmp_path, tiny_model, gsm8k_data):
     manifest = prepare_workspace(ws, GSM8K(), GSM8K_SETTINGS, tiny_model, TINY_SPEC["hf_id"], gsm8k_data[0], mode="sft-only")
     assert "Mode: SFT only" in (ws / "instructions.md").read_text() and manifest["mode"] == "sft-only"
     assert "task.py" in manifest["files"] and "data/train.jsonl" in manifest["files"]
+
+
+@pytest.mark.skipif(not bubblewrap_available()[0], reason="bubblewrap cannot run here")
+def test_sandbox_keeps_visible_paths_under_private_tmp(tmp_path):
+    import subprocess
+
+    from rlbench.sandbox import plan
+
+    tool = tmp_path / "tool" / "hello.sh"  # pytest's tmp_path lives under /tmp
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho hello\n")
+    tool.chmod(0o755)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    hidden_plan = plan([str(tool)], workspace, hidden=[], readonly_inside=[], backend="bubblewrap")
+    assert subprocess.run(hidden_plan.argv, capture_output=True).returncode != 0
+    shown = plan([str(tool)], workspace, hidden=[], readonly_inside=[], backend="bubblewrap", visible=[tool.parent])
+    assert subprocess.run(shown.argv, capture_output=True, text=True).stdout == "hello\n"

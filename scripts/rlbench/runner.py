@@ -19,7 +19,8 @@ from rlbench.grader.app import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
 from rlbench.jsonio import write_json
 
-AGENTS_DIR = Path(__file__).resolve().parents[1] / "agents"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+AGENTS_DIR = REPO_ROOT / "scripts" / "agents"
 # Every agent process inherits this variable: detached daemons are found by it at the deadline.
 RUN_MARKER = "RLBENCH_RUN_MARKER"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -209,6 +210,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
                     hidden=spec.hidden_paths,
                     readonly_inside=[spec.workspace / "data", spec.workspace / "models"],
                     backend=spec.sandbox_backend,
+                    visible=[REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix)],
                 )
                 with open(log_path, "ab") as log:
                     proc = subprocess.Popen(

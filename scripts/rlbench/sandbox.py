@@ -43,8 +43,13 @@ def plan(
     hidden: list[Path],
     readonly_inside: list[Path],
     backend: str = "auto",
+    visible: list[Path] = (),
 ) -> SandboxPlan:
-    """The command line that runs argv sandboxed (or plainly, with the reason, when impossible)."""
+    """The command line that runs argv sandboxed (or plainly, with the reason, when impossible).
+
+    Mount order matters: the read-only root, a private /tmp, the `visible` paths back on top,
+    then the `hidden` paths replaced by empty tmpfs, then the workspace and `readonly_inside`.
+    """
     if backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if backend == "none":
@@ -58,6 +63,9 @@ def plan(
     wrapped = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     # A private PID namespace: when the agent's init exits or is killed, every process in it dies.
     wrapped += ["--tmpfs", "/tmp", "--unshare-pid", "--die-with-parent"]
+    # What the agent's command needs (interpreter, agent code) stays visible even under /tmp.
+    for path in visible:
+        wrapped += ["--ro-bind", str(Path(path).resolve()), str(Path(path).resolve())]
     for path in hidden:
         wrapped += ["--tmpfs", str(path.resolve())]
     wrapped += ["--bind", str(workspace), str(workspace)]
