@@ -31,3 +31,5 @@ record = run_agent(
     )
 )
 print(f"run finished: {record.status}, exit code {record.exit_code}, {record.submissions} submissions", file=sys.stderr)
+if record.status == "interrupted":
+    sys.exit("run_agent was interrupted; the agent's processes were stopped. Rerun to start it again.")

@@ -137,3 +137,28 @@ def test_sandbox_keeps_visible_paths_under_private_tmp(tmp_path):
     assert subprocess.run(hidden_plan.argv, capture_output=True).returncode != 0
     shown = plan([str(tool)], workspace, hidden=[], readonly_inside=[], backend="bubblewrap", visible=[tool.parent])
     assert subprocess.run(shown.argv, capture_output=True, text=True).stdout == "hello\n"
+
+
+def test_interrupted_runner_stops_the_agent_and_records_it(workspace, tiny_model, gsm8k_data, tmp_path):
+    import pickle
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = workspace / "code" / "agent.pid"
+    spec = spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", f"echo $$ > {pid_file}; sleep 1000"])
+    spec_file = tmp_path / "spec.pkl"
+    spec_file.write_bytes(pickle.dumps(spec))
+    runner = subprocess.Popen(
+        [sys.executable, "-c", f"import pickle,sys; sys.path.insert(0, {str(Path(__file__).parents[1] / 'scripts')!r}); "
+         f"from rlbench.runner import run_agent; run_agent(pickle.load(open({str(spec_file)!r}, 'rb')))"],
+    )
+    deadline = time.time() + 60
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.time() < deadline and runner.poll() is None
+        time.sleep(0.2)
+    agent_pid = int(pid_file.read_text())
+    runner.send_signal(signal.SIGTERM)
+    runner.wait(timeout=60)
+    assert read_json(workspace.parent / "run.json")["status"] == "interrupted"
+    assert not psutil.pid_exists(agent_pid) or psutil.Process(agent_pid).status() == psutil.STATUS_ZOMBIE

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ class RunSpec:
 class RunRecord:
     """run.json: what happened to one agent run."""
 
-    status: str  # completed | failed | timeout | error
+    status: str  # completed | failed | timeout | error | interrupted
     exit_code: int | None
     timed_out: bool
     start_time: float
@@ -173,6 +174,35 @@ def kill_tree(proc: subprocess.Popen, grace_s: float, marker: str) -> None:
         pass
 
 
+class Interrupted(Exception):
+    """The runner itself was told to stop (SIGTERM/SIGINT), e.g. Snakemake cancelled the job."""
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def supervise(proc: subprocess.Popen, deadline: float, grace_s: float, marker: str) -> tuple[int | None, str]:
+    """Wait for the agent until the deadline; returns (exit code, 'exited' | 'timeout' | 'interrupted').
+
+    Whatever ends the wait, no process of the agent outlives this call.
+    """
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.time())), "exited"
+    except subprocess.TimeoutExpired:
+        ending = "timeout"
+    except Interrupted:
+        ending = "interrupted"
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    kill_tree(proc, grace_s, marker)
+    return proc.returncode, ending
+
+
 def run_agent(spec: RunSpec) -> RunRecord:
     """Run the agent to completion or deadline; always returns (and writes) a run record."""
     spec.run_dir.mkdir(parents=True, exist_ok=True)
@@ -222,13 +252,12 @@ def run_agent(spec: RunSpec) -> RunRecord:
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
-                    try:
-                        exit_code = proc.wait(timeout=max(0.0, grader.config.end_time - time.time()))
-                    except subprocess.TimeoutExpired:
-                        timed_out = True
-                        kill_tree(proc, spec.kill_grace_s, marker)
-                        exit_code = proc.returncode
-                status = "timeout" if timed_out else ("completed" if exit_code == 0 else "failed")
+                    exit_code, ending = supervise(proc, grader.config.end_time, spec.kill_grace_s, marker)
+                timed_out = ending == "timeout"
+                if ending == "exited":
+                    status = "completed" if exit_code == 0 else "failed"
+                else:
+                    status = ending
             except (OSError, RuntimeError) as exc:
                 error = f"could not start the agent: {exc}"
     end = time.time()
