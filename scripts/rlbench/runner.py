@@ -65,6 +65,7 @@ class RunRecord:
     sandbox: str
     sandbox_note: str
     command: list[str]
+    gpus: list[str]  # CUDA_VISIBLE_DEVICES given to the agent and the grader (by SLURM, say)
     error: str | None = None
     labels: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
@@ -89,6 +90,11 @@ def provenance() -> dict:
         "cpus": os.cpu_count(),
         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this job may use, as the scheduler set CUDA_VISIBLE_DEVICES (empty on CPU)."""
+    return [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
 
 
 def agent_command(agent: dict) -> list[str]:
@@ -222,7 +228,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
             timeout_s=spec.time_limit_s,
             secret=new_secret(),
             evaluation=spec.evaluation,
-            gpus=[g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g],
+            gpus=visible_gpus(),
         )
     )
     exit_code, timed_out, error, status = None, False, None, "error"
@@ -276,6 +282,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
         sandbox=plan.backend,
         sandbox_note=plan.note,
         command=command,
+        gpus=grader.config.gpus,
         error=error,
         labels=spec.labels,
         provenance=provenance(),

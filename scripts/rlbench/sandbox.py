@@ -61,6 +61,9 @@ def plan(
         return SandboxPlan("none", list(argv), f"UNSANDBOXED: {why}")
     workspace = workspace.resolve()
     wrapped = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # --dev gives a minimal /dev: pass the GPU device nodes through so CUDA works inside.
+    for device in sorted(Path("/dev").glob("nvidia*")) + sorted(Path("/dev/dri").glob("*")):
+        wrapped += ["--dev-bind", str(device), str(device)]
     # A private PID namespace: when the agent's init exits or is killed, every process in it dies.
     wrapped += ["--tmpfs", "/tmp", "--unshare-pid", "--die-with-parent"]
     # What the agent's command needs (interpreter, agent code) stays visible even under /tmp.
