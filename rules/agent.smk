@@ -1,11 +1,15 @@
+# An agent run is expensive (hours of GPU): only what the agent gets (workspace, agent, budget)
+# can rerun it. The held-out split and the baseline are ancient() inputs and the evaluation
+# settings are read from the config, not params, so changing them reruns evaluation only.
 rule run_agent:
     input:
         manifest=run_path("workspace.json"),
-        eval="results/data/{task}/eval/eval.jsonl",
-        baseline="results/baselines/{task}/{model}.json",
+        train_manifest="results/data/{task}/train/manifest.json",
+        eval=ancient("results/data/{task}/eval/eval.jsonl"),
+        eval_manifest=ancient("results/data/{task}/eval/manifest.json"),
+        baseline=ancient("results/baselines/{task}/{model}.json"),
     output:
         run=run_path("run.json"),
-        ledger=run_path("grader/ledger.jsonl"),
     log:
         "results/logs/run_agent/{task}/{model}/{agent}/{seed}.log",
     benchmark:
@@ -13,12 +17,11 @@ rule run_agent:
     conda:
         "../envs/rlbench.yaml"
     threads: 1
+    resources:
+        runtime=get_agent_runtime_minutes,
     params:
-        task=get_task_settings,
         agent=get_agent_spec,
         hf_id=lambda wildcards: get_model_spec(wildcards)["hf_id"],
         budget=config["budget"],
-        evaluation=config["evaluation"],
-        sandbox=config["sandbox"]["backend"],
     script:
         "../scripts/run_agent.py"

@@ -1,7 +1,8 @@
+# The ledger (grader/ledger.jsonl) is read beside run.json rather than declared as an output:
+# Snakemake deletes a rerun job's outputs first, and an interrupted attempt's ledger must survive.
 rule collect_artifacts:
     input:
         run=run_path("run.json"),
-        ledger=run_path("grader/ledger.jsonl"),
         manifest=run_path("workspace.json"),
     output:
         artifacts=run_path("artifacts.json"),

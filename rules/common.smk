@@ -35,8 +35,22 @@ def run_path(name):
     return f"{RUN_DIR}/{name}"
 
 
-def get_task_settings(wildcards):
-    return task_settings(config, REGISTRIES, wildcards.task)
+# The task settings each data split depends on: changing eval_size never touches the training split.
+TRAIN_KEYS = ("name", "module", "level", "source", "train_size", "data_seed", "hub")
+EVAL_DATA_KEYS = ("name", "module", "level", "source", "eval_size", "data_seed", "hub")
+
+
+def get_task_settings(wildcards, keys=None):
+    """The task's registry entry with the sweep's overrides (only `keys`, when given)."""
+    settings = task_settings(config, REGISTRIES, wildcards.task)
+    return settings if keys is None else {k: settings[k] for k in keys if k in settings}
+
+
+def get_agent_runtime_minutes(wildcards):
+    """SLURM runtime of run_agent: the budget, the kill grace and the overhead (grader, last evaluation)."""
+    budget = config["budget"]
+    seconds = budget["time_limit_s"] + budget["kill_grace_s"] + budget["overhead_s"]
+    return int(-(-seconds // 60))
 
 
 def get_model_spec(wildcards):

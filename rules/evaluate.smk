@@ -2,6 +2,7 @@ rule evaluate_baseline:
     input:
         model="results/models/{model}",
         eval="results/data/{task}/eval/eval.jsonl",
+        eval_manifest="results/data/{task}/eval/manifest.json",
     output:
         baseline="results/baselines/{task}/{model}.json",
     log:
@@ -21,6 +22,7 @@ rule evaluate_final:
     input:
         artifacts=run_path("artifacts.json"),
         eval="results/data/{task}/eval/eval.jsonl",
+        eval_manifest="results/data/{task}/eval/manifest.json",
         baseline="results/baselines/{task}/{model}.json",
     output:
         final=run_path("final.json"),

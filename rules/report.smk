@@ -1,3 +1,8 @@
+localrules:
+    all,
+    aggregate,
+
+
 rule aggregate:
     input:
         summaries=get_run_files("summary.json"),
@@ -11,5 +16,7 @@ rule aggregate:
         "results/logs/aggregate/aggregate.log",
     conda:
         "../envs/rlbench.yaml"
+    params:
+        report=config["report"],
     script:
         "../scripts/aggregate.py"

@@ -1,7 +1,6 @@
 rule summarize_run:
     input:
         run=run_path("run.json"),
-        ledger=run_path("grader/ledger.jsonl"),
         artifacts=run_path("artifacts.json"),
         final=run_path("final.json"),
         baseline="results/baselines/{task}/{model}.json",

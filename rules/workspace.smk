@@ -1,3 +1,4 @@
+# Only what the agent gets is a parameter here: evaluation settings never rebuild a workspace.
 rule prepare_workspace:
     input:
         train="results/data/{task}/train/train.jsonl",
@@ -9,9 +10,8 @@ rule prepare_workspace:
     conda:
         "../envs/rlbench.yaml"
     params:
-        task=get_task_settings,
+        task=lambda wildcards: get_task_settings(wildcards, TRAIN_KEYS),
         hf_id=lambda wildcards: get_model_spec(wildcards)["hf_id"],
-        workspace=lambda wildcards: run_path("workspace").format(**wildcards),
         mode=lambda wildcards: get_agent_spec(wildcards)["mode"],
     script:
         "../scripts/prepare_workspace.py"

@@ -8,7 +8,9 @@ sys.stderr = open(snakemake.log[0], "w")
 from rlbench.evaluation import evaluate_model
 from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json, write_json
+from rlbench.provenance import provenance
 
+settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 artifacts = read_json(Path(snakemake.input.artifacts))
 baseline = read_json(Path(snakemake.input.baseline))
 final = {"baseline_score": baseline["score"], "score": None, "delta": None, "best_submission": artifacts["best"]}
@@ -19,8 +21,14 @@ else:
     digest = fingerprint(model_dir)
     if digest != artifacts["best"]["fingerprint"]:
         raise RuntimeError(f"{model_dir} changed since it was graded (fingerprint mismatch); rerun the agent")
-    result = evaluate_model(snakemake.params.task, model_dir, Path(snakemake.input.eval).parent, snakemake.params.evaluation)
+    result = evaluate_model(settings, model_dir, Path(snakemake.input.eval).parent, evaluation)
     final.update(result, status="evaluated", fingerprint=digest)
     final["delta"] = round(result["score"] - baseline["score"], 4)
+    final["provenance"] = provenance(
+        settings,
+        data={"eval": read_json(Path(snakemake.input.eval_manifest))},
+        models={"base": baseline["fingerprint"], "submission": digest},
+        evaluation=evaluation,
+    )
 print(f"final: {final['status']} score {final['score']} delta {final['delta']}", file=sys.stderr)
 write_json(Path(snakemake.output.final), final)

@@ -1,4 +1,4 @@
-"""Rule prepare_data: write a task's training split and its held-out split."""
+"""Rule prepare_data: write a task's training split (what agents get)."""
 
 import sys
 from pathlib import Path
@@ -9,8 +9,6 @@ from rlbench.jsonio import write_json
 from rlbench.tasks import get_task
 
 settings = snakemake.params.task
-manifest = get_task(settings).prepare(
-    settings, Path(snakemake.output.train).parent, Path(snakemake.output.eval).parent
-)
-print(f"prepared {settings['name']}: {manifest}", file=sys.stderr)
+manifest = get_task(settings).prepare_train(settings, Path(snakemake.output.train).parent)
+print(f"prepared the {settings['name']} training split: {manifest}", file=sys.stderr)
 write_json(Path(snakemake.output.manifest), manifest)

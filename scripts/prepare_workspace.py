@@ -5,13 +5,21 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from rlbench.attempts import archive_previous_attempt
+from rlbench.config import current_task_settings
 from rlbench.jsonio import write_json
 from rlbench.tasks import get_task
 from rlbench.workspace import prepare_workspace
 
-settings = snakemake.params.task
+# The description may mention evaluation settings; they are read here, not as params, so that
+# changing them does not rebuild workspaces of finished runs.
+settings = current_task_settings(snakemake.config, snakemake.wildcards.task)
+run_dir = Path(snakemake.output.manifest).parent
+archived = archive_previous_attempt(run_dir)
+if archived is not None:
+    print(f"archived the previous attempt to {archived}", file=sys.stderr)
 manifest = prepare_workspace(
-    Path(snakemake.params.workspace),
+    run_dir / "workspace",
     get_task(settings),
     settings,
     Path(snakemake.input.model),

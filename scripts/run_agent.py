@@ -5,29 +5,36 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from rlbench.config import current_task_settings
 from rlbench.jsonio import read_json
 from rlbench.runner import RunSpec, run_agent
 
 run_dir = Path(snakemake.output.run).parent
 budget = snakemake.params.budget
+config = snakemake.config
 record = run_agent(
     RunSpec(
         run_dir=run_dir,
         workspace=run_dir / "workspace",
-        task_settings=snakemake.params.task,
+        # Evaluation and machine settings come from the config, not params: not rerun triggers.
+        task_settings=current_task_settings(config, snakemake.wildcards.task),
         agent=snakemake.params.agent,
         hf_id=snakemake.params.hf_id,
         eval_dir=Path(snakemake.input.eval).parent,
         baseline=read_json(Path(snakemake.input.baseline)),
         time_limit_s=budget["time_limit_s"],
         kill_grace_s=budget["kill_grace_s"],
-        evaluation=snakemake.params.evaluation,
-        sandbox_backend=snakemake.params.sandbox,
-        # results/runs/{task}/{model}/{agent}/{seed}/run.json -> results/: hidden from the agent
+        evaluation=config["evaluation"],
+        sandbox_backend=config["sandbox"]["backend"],
+        # results/runs/{task}/{model}/{agent}/{seed} -> results/: hidden from the agent
         hidden_paths=[run_dir.parents[4]],
         seed=int(snakemake.wildcards.seed),
         threads=snakemake.threads,
         labels=dict(snakemake.wildcards),
+        data={
+            "train": read_json(Path(snakemake.input.train_manifest)),
+            "eval": read_json(Path(snakemake.input.eval_manifest)),
+        },
     )
 )
 print(f"run finished: {record.status}, exit code {record.exit_code}, {record.submissions} submissions", file=sys.stderr)

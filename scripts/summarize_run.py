@@ -9,7 +9,7 @@ from rlbench.diagnostics import failure_type, iterations, process_metrics, run_r
 from rlbench.jsonio import read_json, read_jsonl, write_json, write_jsonl
 
 run = read_json(Path(snakemake.input.run))
-ledger = list(read_jsonl(Path(snakemake.input.ledger)))
+ledger = list(read_jsonl(Path(snakemake.input.run).parent / "grader" / "ledger.jsonl"))
 artifacts = read_json(Path(snakemake.input.artifacts))
 final = read_json(Path(snakemake.input.final))
 base_fingerprint = read_json(Path(snakemake.input.baseline))["fingerprint"]

@@ -132,3 +132,8 @@ def task_settings(config: dict, registries: Registries, task: str) -> dict:
     settings = copy.deepcopy(registries.tasks[task])
     settings.update(config.get("tasks", {}).get(task, {}))
     return settings
+
+
+def current_task_settings(config: dict, task: str) -> dict:
+    """task_settings from inside a rule script, for settings that must not be rerun triggers."""
+    return task_settings(config, Registries.load(), task)

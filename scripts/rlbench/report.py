@@ -10,7 +10,11 @@ from rlbench.jsonio import read_json
 LEADERBOARD_COLUMNS = ("task", "level", "model", "agent", "seed", "baseline", "best", "delta", "submissions", "status")
 
 
-def leaderboard_row(summary: dict) -> dict:
+def _number(value: float | None, decimals: int) -> float | str:
+    return "" if value is None else round(value, decimals)
+
+
+def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
     labels = summary["labels"]
     return {
         "task": labels["task"],
@@ -18,17 +22,17 @@ def leaderboard_row(summary: dict) -> dict:
         "model": labels["model"],
         "agent": labels["agent"],
         "seed": labels["seed"],
-        "baseline": summary["baseline"],
-        "best": "" if summary["best"] is None else summary["best"],
-        "delta": "" if summary["delta"] is None else summary["delta"],
+        "baseline": _number(summary["baseline"], decimals),
+        "best": _number(summary["best"], decimals),
+        "delta": _number(summary["delta"], decimals),
         "submissions": summary["submissions"],
         "status": summary["status"],
     }
 
 
-def write_leaderboard(summary_paths: list[Path], out: Path) -> int:
+def write_leaderboard(summary_paths: list[Path], out: Path, decimals: int = 2) -> int:
     """leaderboard.csv from per-run summary.json files; returns the number of rows."""
-    rows = [leaderboard_row(read_json(p)) for p in summary_paths]
+    rows = [leaderboard_row(read_json(p), decimals) for p in summary_paths]
     rows.sort(key=lambda r: (r["task"], r["model"], r["agent"], int(r["seed"])))
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as handle:

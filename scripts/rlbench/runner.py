@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -15,15 +14,16 @@ from pathlib import Path
 
 import psutil
 
-from rlbench import __version__, sandbox
+from rlbench import sandbox
+from rlbench.attempts import RUN_MARKER, archive_previous_attempt, begin_attempt, previous_attempts
 from rlbench.grader.app import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
-from rlbench.jsonio import write_json
+from rlbench.jsonio import read_json, write_json
+from rlbench.provenance import provenance
+from rlbench.workspace import rebuild_workspace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENTS_DIR = REPO_ROOT / "scripts" / "agents"
-# Every agent process inherits this variable: detached daemons are found by it at the deadline.
-RUN_MARKER = "RLBENCH_RUN_MARKER"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
@@ -46,6 +46,7 @@ class RunSpec:
     seed: int = 0
     threads: int = 1
     labels: dict = field(default_factory=dict)  # task/model/agent/seed for run.json
+    data: dict = field(default_factory=dict)  # hashes of the splits, for provenance
 
 
 @dataclass
@@ -66,30 +67,11 @@ class RunRecord:
     sandbox_note: str
     command: list[str]
     gpus: list[str]  # CUDA_VISIBLE_DEVICES given to the agent and the grader (by SLURM, say)
+    attempt: int = 1
+    previous_attempts: list[str] = field(default_factory=list)  # archived under attempts/<k>/
     error: str | None = None
     labels: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
-
-
-def provenance() -> dict:
-    """Versions and hardware behind a score."""
-    versions = {}
-    for name in ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "snakemake", "fastapi"):
-        try:
-            from importlib.metadata import version
-
-            versions[name] = version(name)
-        except Exception:
-            versions[name] = None
-    return {
-        "rlbench": __version__,
-        "python": platform.python_version(),
-        "packages": versions,
-        "host": platform.node(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    }
 
 
 def visible_gpus() -> list[str]:
@@ -210,12 +192,25 @@ def supervise(proc: subprocess.Popen, deadline: float, grace_s: float, marker: s
 
 
 def run_agent(spec: RunSpec) -> RunRecord:
-    """Run the agent to completion or deadline; always returns (and writes) a run record."""
+    """Run the agent to completion or deadline; always returns (and writes) a run record.
+
+    When an earlier attempt of this run was interrupted, it is archived under attempts/<k>/
+    (ledger included) and the agent starts again from a fresh workspace.
+    """
     spec.run_dir.mkdir(parents=True, exist_ok=True)
+    if archive_previous_attempt(spec.run_dir) is not None:
+        rebuild_workspace(read_json(spec.run_dir / "workspace.json"))
     grader_dir = spec.run_dir / "grader"
     command = agent_command(spec.agent)
     marker = new_secret()
+    attempt = begin_attempt(spec.run_dir, marker)
     start = time.time()
+    record_provenance = provenance(
+        spec.task_settings,
+        data=spec.data,
+        models={"base": spec.baseline["fingerprint"]},
+        evaluation=spec.evaluation,
+    )
     grader = Grader(
         GraderConfig(
             workspace=spec.workspace.resolve(),
@@ -229,6 +224,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
             secret=new_secret(),
             evaluation=spec.evaluation,
             gpus=visible_gpus(),
+            provenance=record_provenance,
         )
     )
     exit_code, timed_out, error, status = None, False, None, "error"
@@ -283,9 +279,11 @@ def run_agent(spec: RunSpec) -> RunRecord:
         sandbox_note=plan.note,
         command=command,
         gpus=grader.config.gpus,
+        attempt=attempt,
+        previous_attempts=previous_attempts(spec.run_dir),
         error=error,
         labels=spec.labels,
-        provenance=provenance(),
+        provenance=record_provenance,
     )
     write_json(spec.run_dir / "run.json", asdict(record))
     return record

@@ -102,4 +102,33 @@ def prepare_workspace(
     files = {
         str(p.relative_to(workspace)): sha256_file(p) for p in sorted(workspace.rglob("*")) if p.is_file()
     }
-    return {"workspace": str(workspace), "model": f"models/{hf_id}", "mode": mode, "files": files}
+    return {
+        "workspace": str(workspace),
+        "model": f"models/{hf_id}",
+        "mode": mode,
+        "files": files,
+        # What rebuild_workspace needs to make the same workspace again for a new attempt.
+        "build": {
+            "task_settings": task_settings,
+            "model_dir": str(model_dir),
+            "hf_id": hf_id,
+            "train_dir": str(train_dir),
+            "mode": mode,
+        },
+    }
+
+
+def rebuild_workspace(manifest: dict) -> dict:
+    """A fresh copy of the workspace a manifest describes (a new attempt starts clean)."""
+    from rlbench.tasks import get_task
+
+    build = manifest["build"]
+    return prepare_workspace(
+        Path(manifest["workspace"]),
+        get_task(build["task_settings"]),
+        build["task_settings"],
+        Path(build["model_dir"]),
+        build["hf_id"],
+        Path(build["train_dir"]),
+        mode=build["mode"],
+    )

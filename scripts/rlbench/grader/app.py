@@ -26,7 +26,7 @@ from rlbench.grader.checks import (
     resolve_submission,
     snapshot_checkpoint,
 )
-from rlbench.jsonio import append_jsonl, read_jsonl, write_json
+from rlbench.jsonio import append_jsonl, write_json
 
 LEDGER = "ledger.jsonl"
 CODE_SNAPSHOT_MAX_BYTES = 1 << 20
@@ -47,6 +47,7 @@ class GraderConfig:
     secret: str
     evaluation: dict = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)  # code, data, packages, hardware behind each score
 
     @property
     def end_time(self) -> float:
@@ -66,7 +67,9 @@ class Grader:
         self._inflight = 0
         self._gpu_locks = {gpu: threading.Lock() for gpu in (config.gpus or ["cpu"])}
         self._cache: dict[str, float] = {config.baseline_fingerprint: config.baseline_score}
-        self.entries: list[dict] = list(read_jsonl(self.ledger_path)) if self.ledger_path.exists() else []
+        if self.ledger_path.exists() and self.ledger_path.stat().st_size:
+            raise RuntimeError(f"{self.ledger_path} holds an earlier attempt's submissions; archive it first")
+        self.entries: list[dict] = []
         self.best: dict | None = None
         self.last_submit_time: float | None = None
         config.grader_dir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +181,11 @@ class Grader:
             score = outcome["score"]
             result.update(eval_seconds=outcome["eval_seconds"], n=outcome["n"], correct=outcome["correct"])
             self._cache[digest] = score  # only successes are cached; failures are retried
-        result.update(score=score, improvement=round(score - self.config.baseline_score, 4))
+        result.update(
+            score=score,
+            improvement=round(score - self.config.baseline_score, 4),
+            provenance={**self.config.provenance, "models": {**self.config.provenance.get("models", {}), "submission": digest}},
+        )
         return result
 
     def _snapshot_code(self, dest: Path) -> None:
@@ -206,7 +213,7 @@ class Grader:
             append_jsonl(self.ledger_path, entry)
             self.last_submit_time = entry["timestamp"]
             self._write_agent_files()
-        return {k: v for k, v in entry.items() if k not in ("fingerprint", "resolved_path", "responded_at")}
+        return {k: v for k, v in entry.items() if k not in ("fingerprint", "resolved_path", "responded_at", "provenance")}
 
     def _promote_best(self, pending: Path) -> None:
         staging = self.config.grader_dir / "best_model.new"

@@ -37,8 +37,19 @@ class Task(ABC):
     public_module_path: Path
 
     @abstractmethod
+    def prepare_train(self, settings: dict, train_dir: Path) -> dict:
+        """Write the training split (what agents get) to train_dir; returns its manifest."""
+
+    @abstractmethod
+    def prepare_eval(self, settings: dict, train_dir: Path, eval_dir: Path) -> dict:
+        """Write the held-out split to eval_dir, disjoint from the training split; returns its manifest.
+
+        Separate from prepare_train so that changing an evaluation setting never rewrites the
+        training split (and so never reruns finished agent runs)."""
+
     def prepare(self, settings: dict, train_dir: Path, eval_dir: Path) -> dict:
-        """Write the training split to train_dir and the held-out split to eval_dir."""
+        """Both splits."""
+        return {**self.prepare_train(settings, train_dir), **self.prepare_eval(settings, train_dir, eval_dir)}
 
     @abstractmethod
     def describe(self, settings: dict) -> str:

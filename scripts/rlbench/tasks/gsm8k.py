@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench.jsonio import sha256_file, write_jsonl
+from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task
 
 PUBLIC = Path(__file__).with_name("gsm8k_public.py")
@@ -51,25 +51,26 @@ def _offline_rows(seed: int, size: int, prefix: str, exclude: set[str]) -> list[
     return rows
 
 
-def _hub_rows(settings: dict) -> tuple[list[dict], list[dict]]:
+def _check_source(settings: dict) -> str:
+    if settings["source"] not in ("hub", "offline"):
+        raise ValueError(f"unknown source {settings['source']!r}; allowed: hub, offline")
+    return settings["source"]
+
+
+def _hub_rows(settings: dict, which: str) -> list[dict]:
+    """The train or eval split of the real dataset (`datasets` caches it between calls)."""
     from datasets import load_dataset
 
     hub = settings.get("hub", {})
+    split = hub.get("train_split", "train") if which == "train" else hub.get("eval_split", "test")
     try:
-        data = load_dataset(hub.get("path", "openai/gsm8k"), hub.get("name", "main"))
+        data = load_dataset(hub.get("path", "openai/gsm8k"), hub.get("name", "main"), split=split)
     except Exception as exc:  # the hub is unreachable or the dataset moved
         raise RuntimeError(
             f"could not load GSM8K from the hub ({exc}); set `tasks: gsm8k: source: offline` "
             "in the config to use the offline twin"
         ) from exc
-
-    def rows(split: str, prefix: str) -> list[dict]:
-        return [
-            {"id": f"{prefix}-{i}", "question": r["question"], "answer": r["answer"]}
-            for i, r in enumerate(data[split])
-        ]
-
-    return rows(hub.get("train_split", "train"), "train"), rows(hub.get("eval_split", "test"), "test")
+    return [{"id": f"{which}-{i}", "question": r["question"], "answer": r["answer"]} for i, r in enumerate(data)]
 
 
 class GSM8K(Task):
@@ -77,33 +78,30 @@ class GSM8K(Task):
     level = "L1"
     public_module_path = PUBLIC
 
-    def prepare(self, settings: dict, train_dir: Path, eval_dir: Path) -> dict:
-        source = settings["source"]
+    def prepare_train(self, settings: dict, train_dir: Path) -> dict:
+        source = _check_source(settings)
         if source == "hub":
-            train, held_out = _hub_rows(settings)
-            if settings.get("train_size"):
-                train = train[: settings["train_size"]]
-            if settings.get("eval_size"):
-                held_out = held_out[: settings["eval_size"]]
-        elif source == "offline":
-            seed = settings.get("data_seed", 0)
-            seen: set[str] = set()
-            train = _offline_rows(seed, settings.get("train_size") or 1000, "train", seen)
-            held_out = _offline_rows(seed + EVAL_SEED_OFFSET, settings.get("eval_size") or 200, "eval", seen)
+            train = _hub_rows(settings, "train")[: settings.get("train_size") or None]
         else:
-            raise ValueError(f"unknown source {source!r}; allowed: hub, offline")
-        overlap = {r["question"] for r in train} & {r["question"] for r in held_out}
+            train = _offline_rows(settings.get("data_seed", 0), settings.get("train_size") or 1000, "train", set())
+        path = Path(train_dir) / TRAIN_FILE
+        write_jsonl(path, train)
+        return {"source": source, "train_rows": len(train), "train_sha256": sha256_file(path)}
+
+    def prepare_eval(self, settings: dict, train_dir: Path, eval_dir: Path) -> dict:
+        source = _check_source(settings)
+        train_questions = {row["question"] for row in read_jsonl(Path(train_dir) / TRAIN_FILE)}
+        if source == "hub":
+            held_out = _hub_rows(settings, "eval")[: settings.get("eval_size") or None]
+        else:
+            seed = settings.get("data_seed", 0) + EVAL_SEED_OFFSET
+            held_out = _offline_rows(seed, settings.get("eval_size") or 200, "eval", set(train_questions))
+        overlap = train_questions & {r["question"] for r in held_out}
         if overlap:
             raise RuntimeError(f"{len(overlap)} held-out questions also appear in the training split")
-        write_jsonl(Path(train_dir) / TRAIN_FILE, train)
-        write_jsonl(Path(eval_dir) / EVAL_FILE, held_out)
-        return {
-            "source": source,
-            "train_rows": len(train),
-            "eval_rows": len(held_out),
-            "train_sha256": sha256_file(Path(train_dir) / TRAIN_FILE),
-            "eval_sha256": sha256_file(Path(eval_dir) / EVAL_FILE),
-        }
+        path = Path(eval_dir) / EVAL_FILE
+        write_jsonl(path, held_out)
+        return {"source": source, "eval_rows": len(held_out), "eval_sha256": sha256_file(path)}
 
     def describe(self, settings: dict) -> str:
         size = settings.get("eval_size")
@@ -111,8 +109,6 @@ class GSM8K(Task):
         return DESCRIPTION.format(eval_desc=eval_desc, max_new_tokens=settings.get("max_new_tokens", 256))
 
     def evaluate(self, model_dir: Path, eval_dir: Path, backend, settings: dict) -> EvalResult:
-        from rlbench.jsonio import read_jsonl
-
         public = self.public_module()
         rows = list(read_jsonl(Path(eval_dir) / EVAL_FILE))
         completions = backend.generate_chat(

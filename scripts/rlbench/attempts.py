@@ -1,0 +1,86 @@
+"""Attempts of one agent run: an interrupted attempt is archived, never overwritten.
+
+A run directory holds the current attempt (workspace/, grader/, attempt.json, run.json) and
+earlier ones under attempts/<k>/. Starting a new attempt archives the previous one and stops
+any process it left behind (a runner killed with Snakemake, an agent that outlived it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from rlbench.jsonio import read_json, write_json
+
+ATTEMPT_FILE = "attempt.json"
+ATTEMPT_PARTS = ("workspace", "grader", "run.json", ATTEMPT_FILE)
+RUN_MARKER = "RLBENCH_RUN_MARKER"
+
+
+def previous_attempts(run_dir: Path) -> list[str]:
+    """Archived attempts, oldest first, as paths relative to the run directory."""
+    root = run_dir / "attempts"
+    if not root.is_dir():
+        return []
+    return [f"attempts/{p.name}" for p in sorted(root.iterdir(), key=lambda p: int(p.name)) if p.name.isdigit()]
+
+
+def stop_leftovers(info: dict) -> int:
+    """Kill the recorded runner (if it is still the same process) and every process carrying the marker."""
+    victims = []
+    try:
+        runner = psutil.Process(info["runner_pid"])
+        if abs(runner.create_time() - info["runner_create_time"]) < 1 and runner.pid != os.getpid():
+            victims.append(runner)
+    except (psutil.NoSuchProcess, KeyError):
+        pass
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(RUN_MARKER) == info.get("marker"):
+                victims.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    for proc in victims:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(victims, timeout=10)
+    return len(victims)
+
+
+def archive_previous_attempt(run_dir: Path) -> Path | None:
+    """Move the last attempt's files to attempts/<k>/ (k = its attempt number); None if there was none."""
+    marker_file = run_dir / ATTEMPT_FILE
+    if not marker_file.exists():
+        return None
+    info = read_json(marker_file)
+    stopped = stop_leftovers(info)
+    dest = run_dir / "attempts" / str(info["attempt"])
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ATTEMPT_PARTS:
+        if (run_dir / name).exists():
+            os.replace(run_dir / name, dest / name)
+    write_json(dest / "archived.json", {"archived_at": time.time(), "stopped_processes": stopped})
+    return dest
+
+
+def begin_attempt(run_dir: Path, marker: str) -> int:
+    """Record that a new attempt starts now; returns its number (1 for the first)."""
+    number = len(previous_attempts(run_dir)) + 1
+    me = psutil.Process()
+    write_json(
+        run_dir / ATTEMPT_FILE,
+        {
+            "attempt": number,
+            "marker": marker,
+            "runner_pid": me.pid,
+            "runner_create_time": me.create_time(),
+            "started": time.time(),
+        },
+    )
+    return number
