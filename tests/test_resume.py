@@ -1,0 +1,64 @@
+"""An interrupted sweep resumes: the killed agent run starts again as a new attempt, the old ledger kept."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from rlbench.attempts import RUN_MARKER
+from rlbench.jsonio import read_json, read_jsonl
+from test_workflow import REPO, SNAKEMAKE, TEST_CONFIG, make_workdir, planned_jobs, snakemake
+
+
+def marked_processes(marker: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(RUN_MARKER) == marker:
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def test_killed_sweep_resumes_with_a_new_attempt_and_keeps_the_old_ledger(tmp_path):
+    config = {**TEST_CONFIG, "sweep": {**TEST_CONFIG["sweep"], "agents": ["sft"]}, "sandbox": {"backend": "none"}}
+    workdir = make_workdir(tmp_path, config)
+    run_dir = workdir / "results" / "runs" / "gsm8k" / "tiny" / "sft" / "0"
+    ledger = run_dir / "grader" / "ledger.jsonl"
+    sweep = subprocess.Popen(
+        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+        start_new_session=True,
+    )
+    deadline = time.time() + 300
+    # Kill Snakemake and its jobs once the agent's first submission is in the ledger, mid-run.
+    while not (ledger.exists() and ledger.read_text().strip()):
+        assert sweep.poll() is None and time.time() < deadline, "the sweep ended before the first submission"
+        time.sleep(0.5)
+    first = read_json(run_dir / "attempt.json")
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    assert not (run_dir / "run.json").exists()
+
+    assert planned_jobs(workdir)["run_agent"] == 1
+    # The documented resume (make resume): release the dead process's lock, run the profile again.
+    snakemake(workdir, "--unlock")
+    snakemake(workdir, "--profile", str(REPO / "workflow" / "profiles" / "local"), "--cores", "2")
+
+    archived = run_dir / "attempts" / "1"
+    old_entries = list(read_jsonl(archived / "grader" / "ledger.jsonl"))
+    assert len(old_entries) >= 1 and old_entries[0]["submission_id"] == 1
+    assert (archived / "workspace" / "output").is_dir()
+    run = read_json(run_dir / "run.json")
+    assert run["attempt"] == 2 and run["previous_attempts"] == ["attempts/1"] and run["status"] == "completed"
+    assert list(read_jsonl(run_dir / "grader" / "ledger.jsonl"))  # the new attempt's own submissions
+    assert marked_processes(first["marker"]) == []  # nothing of the killed attempt still runs
+    assert (workdir / "results" / "report" / "leaderboard.csv").exists()
