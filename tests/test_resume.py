@@ -8,22 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
-
-from rlbench.attempts import RUN_MARKER
+from rlbench.attempts import marked_processes
 from rlbench.jsonio import read_json, read_jsonl
 from test_workflow import REPO, SNAKEMAKE, TEST_CONFIG, make_workdir, planned_jobs, snakemake
-
-
-def marked_processes(marker: str) -> list[int]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(RUN_MARKER) == marker:
-                found.append(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def test_killed_sweep_resumes_with_a_new_attempt_and_keeps_the_old_ledger(tmp_path):

@@ -29,6 +29,19 @@ def previous_attempts(run_dir: Path) -> list[str]:
     return [f"attempts/{p.name}" for p in sorted(root.iterdir(), key=lambda p: int(p.name)) if p.name.isdigit()]
 
 
+def marked_processes(marker: str) -> list[psutil.Process]:
+    """Every process (but this one) whose environment carries the run marker: the agent and
+    whatever it started, detached daemons included."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(RUN_MARKER) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def stop_leftovers(info: dict) -> int:
     """Kill the recorded runner (if it is still the same process) and every process carrying the marker."""
     victims = []
@@ -38,12 +51,7 @@ def stop_leftovers(info: dict) -> int:
             victims.append(runner)
     except (psutil.NoSuchProcess, KeyError):
         pass
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get(RUN_MARKER) == info.get("marker"):
-                victims.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+    victims += marked_processes(info["marker"])
     for proc in victims:
         try:
             proc.send_signal(signal.SIGKILL)

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from rlbench import sandbox
-from rlbench.attempts import RUN_MARKER, archive_previous_attempt, begin_attempt, previous_attempts
+from rlbench.attempts import RUN_MARKER, archive_previous_attempt, begin_attempt, marked_processes, previous_attempts
 from rlbench.grader.app import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
 from rlbench.jsonio import read_json, write_json
@@ -130,12 +130,7 @@ def agent_processes(proc: subprocess.Popen, marker: str) -> list[psutil.Process]
         found.update({p.pid: p for p in [root, *root.children(recursive=True)]})
     except psutil.NoSuchProcess:
         pass
-    for candidate in psutil.process_iter():
-        try:
-            if candidate.pid not in found and candidate.environ().get(RUN_MARKER) == marker:
-                found[candidate.pid] = candidate
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+    found.update({p.pid: p for p in marked_processes(marker)})
     return list(found.values())
 
 
