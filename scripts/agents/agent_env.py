@@ -92,6 +92,27 @@ def submit(checkpoint: Path) -> dict | None:
     return None
 
 
+def exit_unless_time_to_train(min_seconds: float = 60) -> None:
+    """Stop (exit 1) when /time says too little of the budget is left to train at all."""
+    left = time_left()
+    if left is not None and left < min_seconds:
+        log(f"only {left:.0f}s left: not training")
+        sys.exit(1)
+
+
+def load_base_model():
+    """(model, tokenizer, on_gpu): the base model in fp32 on CPU, bf16 on GPU; never remote code."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    on_gpu = torch.cuda.is_available()
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_PATH)
+    model = AutoModelForCausalLM.from_pretrained(
+        MODEL_PATH, dtype=torch.bfloat16 if on_gpu else torch.float32, trust_remote_code=False
+    )
+    return model, tokenizer, on_gpu
+
+
 def save_checkpoint(model, tokenizer, out_dir: Path) -> Path:
     """A full model (safetensors) plus its tokenizer, as the grader wants it."""
     out_dir.mkdir(parents=True, exist_ok=True)

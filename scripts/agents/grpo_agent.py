@@ -16,23 +16,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_env import (  # noqa: E402
-    MODEL_PATH, SEED, Rounds, env_float, env_int, load_rows, load_task, log, time_left, trainer_dir,
+    SEED, Rounds, env_float, env_int, exit_unless_time_to_train, load_base_model, load_rows, load_task, log,
+    trainer_dir,
 )
 
-import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 ROUNDS = env_int("GRPO_ROUNDS", 1)
 STEPS = env_int("GRPO_STEPS_PER_ROUND", 6)
-on_gpu = torch.cuda.is_available()
 
 task = load_task()
 rows = load_rows(env_int("GRPO_MAX_TRAIN_ROWS", None))
 # Each row travels whole (as JSON) to the reward functions, which hand it to task.reward.
 dataset = Dataset.from_list([{"prompt": task.format_prompt(row), "row": json.dumps(row)} for row in rows])
-log(f"GRPO on {len(dataset)} prompts, {ROUNDS} rounds x {STEPS} steps, gpu={on_gpu}")
+log(f"GRPO on {len(dataset)} prompts, {ROUNDS} rounds x {STEPS} steps")
 
 
 def text_of(completion) -> str:
@@ -51,15 +49,8 @@ def format_reward(completions, **kwargs) -> list[float]:
     return [0.1 if "####" in t else 0.05 if task.extract_answer(t) is not None else 0.0 for t in texts]
 
 
-left = time_left()
-if left is not None and left < 60:
-    log(f"only {left:.0f}s left: not training")
-    sys.exit(1)
-
-tokenizer = AutoTokenizer.from_pretrained(MODEL_PATH)
-model = AutoModelForCausalLM.from_pretrained(
-    MODEL_PATH, dtype=torch.bfloat16 if on_gpu else torch.float32, trust_remote_code=False
-)
+exit_unless_time_to_train()
+model, tokenizer, on_gpu = load_base_model()
 
 config = GRPOConfig(
     output_dir=trainer_dir("grpo"),

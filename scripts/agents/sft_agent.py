@@ -13,17 +13,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_env import (  # noqa: E402
-    MODEL_PATH, SEED, Rounds, env_float, env_int, load_rows, load_task, log, time_left, trainer_dir,
+    SEED, Rounds, env_float, env_int, exit_unless_time_to_train, load_base_model, load_rows, load_task, log,
+    trainer_dir,
 )
 
-import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 ROUNDS = env_int("SFT_ROUNDS", 2)
 STEPS = env_int("SFT_STEPS_PER_ROUND", 20)
-on_gpu = torch.cuda.is_available()
 
 task = load_task()
 rows = load_rows(env_int("SFT_MAX_TRAIN_ROWS", None))
@@ -31,17 +29,10 @@ dataset = Dataset.from_list([
     {"prompt": task.format_prompt(row), "completion": [{"role": "assistant", "content": task.format_target(row)}]}
     for row in rows
 ])
-log(f"SFT on {len(dataset)} rows, {ROUNDS} rounds x {STEPS} steps, gpu={on_gpu}")
+log(f"SFT on {len(dataset)} rows, {ROUNDS} rounds x {STEPS} steps")
 
-left = time_left()
-if left is not None and left < 60:
-    log(f"only {left:.0f}s left: not training")
-    sys.exit(1)
-
-tokenizer = AutoTokenizer.from_pretrained(MODEL_PATH)
-model = AutoModelForCausalLM.from_pretrained(
-    MODEL_PATH, dtype=torch.bfloat16 if on_gpu else torch.float32, trust_remote_code=False
-)
+exit_unless_time_to_train()
+model, tokenizer, on_gpu = load_base_model()
 
 config = SFTConfig(
     output_dir=trainer_dir("sft"),
