@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from conftest import TINY_SPEC
 from rlbench import models
 from rlbench.models import ModelPrepareError, load_spec, prepare_model
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "config" / "models"
-TINY_SPEC = {"name": "tiny", "source": "tiny", "hf_id": "rlbench/tiny-qwen2", "seed": 0}
 
 
 def _digest(directory: Path) -> dict[str, str]:
@@ -27,10 +27,9 @@ def _digest(directory: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    prepare_model(TINY_SPEC, out)
-    return out
+def tiny_dir(tiny_model) -> Path:
+    """The session's tiny model (tests/conftest.py), built once for all test modules."""
+    return tiny_model
 
 
 @pytest.fixture(scope="module")

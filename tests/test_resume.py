@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 from rlbench.attempts import marked_processes
 from rlbench.jsonio import read_json, read_jsonl

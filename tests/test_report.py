@@ -1,0 +1,33 @@
+"""The leaderboard: one row per run, scores rounded by report.decimals, blanks for missing scores."""
+
+from __future__ import annotations
+
+import csv
+
+from rlbench.jsonio import write_json
+from rlbench.report import LEADERBOARD_COLUMNS, write_leaderboard
+
+
+def summary(agent: str, best: float | None) -> dict:
+    return {
+        "labels": {"task": "gsm8k", "model": "tiny", "agent": agent, "seed": "0"},
+        "level": "L1",
+        "baseline": 12.3456,
+        "best": best,
+        "delta": None if best is None else best - 12.3456,
+        "submissions": 0 if best is None else 2,
+        "status": "completed" if best is not None else "timeout",
+    }
+
+
+def test_leaderboard_rounds_and_leaves_missing_scores_blank(tmp_path):
+    paths = []
+    for agent, best in (("sft", 20.0), ("grpo", None)):
+        paths.append(tmp_path / f"{agent}.json")
+        write_json(paths[-1], summary(agent, best))
+    out = tmp_path / "leaderboard.csv"
+    assert write_leaderboard(paths, out, decimals=1) == 2
+    rows = {row["agent"]: row for row in csv.DictReader(open(out))}
+    assert tuple(csv.DictReader(open(out)).fieldnames) == LEADERBOARD_COLUMNS
+    assert rows["sft"]["baseline"] == "12.3" and rows["sft"]["delta"] == "7.7"
+    assert rows["grpo"]["best"] == "" and rows["grpo"]["delta"] == "" and rows["grpo"]["status"] == "timeout"
