@@ -23,5 +23,7 @@ rule run_agent:
         agent=get_agent_spec,
         hf_id=lambda wildcards: get_model_spec(wildcards)["hf_id"],
         budget=config["budget"],
+        # The results tree, hidden from the agent (a function: it is not a file prefix to stage).
+        results=lambda wildcards: RESULTS,
     script:
         "../scripts/run_agent.py"

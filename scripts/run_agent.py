@@ -26,8 +26,8 @@ record = run_agent(
         kill_grace_s=budget["kill_grace_s"],
         evaluation=config["evaluation"],
         sandbox_backend=config["sandbox"]["backend"],
-        # results/runs/{task}/{model}/{agent}/{seed} -> results/: hidden from the agent
-        hidden_paths=[run_dir.parents[4]],
+        # The whole results tree (held-out split, other runs' ledgers) is hidden from the agent.
+        hidden_paths=[Path(snakemake.params.results)],
         seed=int(snakemake.wildcards.seed),
         threads=snakemake.threads,
         labels=dict(snakemake.wildcards),

@@ -60,7 +60,7 @@ def start_grader(tmp_path, tiny_model, gsm8k_data):
     """Factory: a live grading server over a workspace; stopped at teardown."""
     servers = []
 
-    def start(workspace: Path, timeout_s: float = 600, start_time: float | None = None):
+    def start(workspace: Path, timeout_s: float = 600, start_time: float | None = None, gpus: list[str] = ()):
         grader = Grader(
             GraderConfig(
                 workspace=workspace,
@@ -73,6 +73,7 @@ def start_grader(tmp_path, tiny_model, gsm8k_data):
                 timeout_s=timeout_s,
                 secret=new_secret(),
                 evaluation=EVALUATION,
+                gpus=list(gpus),  # a fake CUDA_VISIBLE_DEVICES, as the runner passes it
             )
         )
         server = GradingServer(grader).start()

@@ -43,7 +43,8 @@ def assert_refused(response, status: int, reason: str, server) -> dict:
     assert response.status_code == status, body
     assert body["reason"] == reason
     assert body["error"]
-    assert body["score"] is None
+    # As the reference: a submission that could not be scored scores 0.0 (not null).
+    assert body["score"] == 0.0 and body["improvement"] == body["score"] - body["baseline_score"]
     assert ledger(server)[-1]["reason"] == reason  # every refusal is recorded
     return body
 
@@ -72,9 +73,27 @@ def test_changed_weights_are_evaluated_once_then_cached(workspace, start_grader,
     assert [e["submission_id"] for e in entries] == [1, 2]
     assert entries[0]["fingerprint"] == entries[1]["fingerprint"]
     assert (workspace.parent / "grader" / "best_model" / "model.safetensors").exists()
-    scores = read_json(workspace / "scores.json")
-    assert [s["submission_id"] for s in scores["submissions"]] == [1, 2]
-    assert read_json(workspace / "run_meta.json")["last_submit_time"] == entries[1]["timestamp"]
+    scores = read_json(workspace / "scores.json")  # the reference's format: a list of submissions
+    assert [s["submission_id"] for s in scores] == [1, 2]
+    # The reference's last_submit_time: int unix seconds of the last recorded submission.
+    assert read_json(workspace / "run_meta.json")["last_submit_time"] == int(entries[1]["responded_at"])
+
+
+def test_resubmitting_an_unchanged_path_repeats_its_result_and_is_not_a_new_submission(
+    workspace, start_grader, tiny_model
+):
+    # The reference's cache answers the same path with unchanged weights from memory and records
+    # nothing; the same weights under a new path are a new submission there (and here).
+    server = start_grader(workspace)
+    copy_model(tiny_model, workspace / "output" / "v1")
+    first = submit(server, {"model_path": "output/v1"}).json()
+    again = submit(server, {"model_path": "./output/v1/"}).json()
+    assert again["status"] == "cached" and again["repeat_of"] == 1 and again["score"] == first["score"]
+    copy_model(tiny_model, workspace / "output" / "v2")
+    other = submit(server, {"model_path": "output/v2"}).json()
+    assert other.get("repeat_of") is None and other["total_submissions"] == 2
+    assert [e["submission_id"] for e in ledger(server)] == [1, 2, 3]
+    assert [s["submission_id"] for s in read_json(workspace / "scores.json")] == [1, 3]
 
 
 def test_curl_as_reference_agents_send_it_is_accepted(workspace, start_grader, tiny_model):
@@ -162,8 +181,10 @@ def test_unknown_secret_is_not_found(workspace, start_grader):
 def test_time_and_health_endpoints(workspace, start_grader):
     server = start_grader(workspace, timeout_s=100)
     info = requests.get(f"{server.url}/time", timeout=30).json()
-    assert set(info) == {"start_time", "timeout_s", "last_submit_time", "end_time", "now", "remaining"}
-    assert 0 < info["remaining"] <= 100 and info["end_time"] == info["start_time"] + 100
+    assert set(info) == {"start_time", "timeout_s", "last_submit_time", "end_time", "deadline", "now", "remaining"}
+    # end_time is the run's actual end, null while it goes on; the deadline is our own field.
+    assert 0 < info["remaining"] <= 100 and info["end_time"] is None
+    assert info["deadline"] == server.grader.config.start_time + 100
     health = requests.get(f"{server.url}/health", timeout=30).json()
     assert health["status"] == "ok" and health["task"] == "gsm8k"
 
@@ -176,4 +197,5 @@ def test_broken_checkpoint_is_recorded_as_failed_and_not_cached(workspace, start
     assert first.status_code == 422 and first.json()["reason"] == "evaluation_failed"
     second = submit(server, {"model_path": "output/v1"})
     assert second.json()["reason"] == "evaluation_failed"  # retried, not served from a cache
+    assert second.json()["score"] == 0.0 and second.json()["error"]
     assert [e["status"] for e in ledger(server)] == ["failed", "failed"]

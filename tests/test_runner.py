@@ -54,6 +54,8 @@ def test_agent_killed_at_deadline_leaves_complete_ledger_and_timeout_record(work
     run = read_json(workspace.parent / "run.json")
     assert run["status"] == "timeout" and run["timed_out"] is True and record.status == "timeout"
     assert run["submissions"] == 1 and run["valid_submissions"] == 1
+    # run_meta.json's end_time is the run's actual end, set once the agent is stopped (the reference's).
+    assert read_json(workspace / "run_meta.json")["end_time"] == int(run["end_time"])
     entries = list(read_jsonl(workspace.parent / "grader" / "ledger.jsonl"))
     assert len(entries) == 1 and entries[0]["score"] == 0.0 and entries[0]["status"] == "cached"
     grandchild = int(pid_file.read_text())

@@ -19,6 +19,7 @@ from rlbench.attempts import RUN_MARKER, archive_previous_attempt, begin_attempt
 from rlbench.grader.app import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
 from rlbench.jsonio import read_json, write_json
+from rlbench.ledger import is_scored
 from rlbench.provenance import provenance
 from rlbench.workspace import rebuild_workspace
 
@@ -76,7 +77,7 @@ class RunRecord:
 
 def visible_gpus() -> list[str]:
     """The GPUs this job may use, as the scheduler set CUDA_VISIBLE_DEVICES (empty on CPU)."""
-    return [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
 
 
 def agent_command(agent: dict) -> list[str]:
@@ -249,7 +250,7 @@ def run_agent(spec: RunSpec) -> RunRecord:
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
-                    exit_code, ending = supervise(proc, grader.config.end_time, spec.kill_grace_s, marker)
+                    exit_code, ending = supervise(proc, grader.config.deadline, spec.kill_grace_s, marker)
                 timed_out = ending == "timeout"
                 if ending == "exited":
                     status = "completed" if exit_code == 0 else "failed"
@@ -258,7 +259,8 @@ def run_agent(spec: RunSpec) -> RunRecord:
             except (OSError, RuntimeError) as exc:
                 error = f"could not start the agent: {exc}"
     end = time.time()
-    scored = [e for e in grader.entries if e.get("score") is not None]
+    grader.finish(end)  # run_meta.json's end_time: the agent has stopped, the server has drained
+    scored = [e for e in grader.entries if is_scored(e)]
     record = RunRecord(
         status=status,
         exit_code=exit_code,

@@ -24,8 +24,14 @@ PPO, rollouts with the task's reward...).
 - `models/{hf_id}/` — the base model (read-only).
 - `output/` — save trained checkpoints here, one directory per version (`output/v1`, `output/v2`...).
 - `task.py` — the task's prompt format, answer extraction and reward, exactly as the grader uses them.
-- `run_meta.json` — start_time, timeout_s, last_submit_time, end_time (unix seconds).
-- `scores.json` — your submissions so far and the best one.
+- `run_meta.json` — the time budget, the single source of truth: `start_time`, `timeout_s`,
+  `last_submit_time` (your last submission), `end_time` (null until the run is over), `deadline`
+  (`start_time + timeout_s`, when everything you started is stopped); unix seconds.
+- `timer.sh` — `bash timer.sh` prints the time left as `Remaining: H:MM` (or `Timer expired!`).
+- `scores.json` — your submissions so far, a list of `submission_id`, `timestamp`, `model_path`,
+  `score`, `baseline_score`, `improvement`, `elapsed_seconds` and, for one that failed, `error`.
+- `submissions.json` — the same with the grader's details: every request (refused ones too) with
+  its `status` and `reason`, and `best`, your best really scored submission.
 
 Environment variables: TASK, BASE_MODEL, WORKSPACE, MODEL_PATH, DATA_PATH, OUTPUT_DIR,
 GRADING_SERVER_URL.
@@ -34,18 +40,33 @@ GRADING_SERVER_URL.
 
 A checkpoint is a full model directory saved with `model.save_pretrained(dir)` and
 `tokenizer.save_pretrained(dir)`: safetensors weights only (no .bin/pickle files), no custom
-code (`auto_map`), not a LoRA adapter (merge it first with `merge_and_unload()`).
+code (`auto_map`), not a LoRA adapter (merge it first with `merge_and_unload()`). The path must
+be inside the workspace: relative (`output/v1`) or absolute (`$OUTPUT_DIR/v1`).
 
-    curl -X POST "$GRADING_SERVER_URL/submit" -d '{{"model_path": "output/v1"}}'
+    curl -X POST "$GRADING_SERVER_URL/submit" -H "Content-Type: application/json" -d '{{"model_path": "output/v1"}}'
 
     import os, requests
     requests.post(f"{{os.environ['GRADING_SERVER_URL']}}/submit", json={{"model_path": "output/v1"}}).json()
 
-The response holds `score`, `baseline_score`, `improvement` and `best`; a refused submission
-returns an `error` that says why. Submitting the same weights twice returns the cached score.
-`GET $GRADING_SERVER_URL/time` tells the remaining time; `GET $GRADING_SERVER_URL/health` the
-server state. Your result is the best submission made before the deadline. At the deadline
-every process you started is stopped.
+Optional `"gpu"`: the GPU(s) to evaluate on, e.g. `"0"` or `"2,3"`, chosen from `available_gpus`
+of `GET $GRADING_SERVER_URL/health` (without it the first one is used; on a grader without GPUs,
+leave it out). Evaluations on the same GPU run one after another.
+
+The response: `submission_id`, `timestamp` (ISO 8601, when the evaluation finished), `model_path`,
+`score` (0-100; 0.0 when the submission could not be scored), `baseline_score` (the base model's),
+`improvement` (`score - baseline_score`), `elapsed_seconds` (how long this evaluation took),
+`best` (the entry of `scores.json` with the highest score), `total_submissions` (entries in
+`scores.json`), and `error` when the submission was refused or its evaluation failed: it says why
+and what to change. Also `status` (`scored`, `cached`, `refused`, `failed`), `reason` (a stable
+code for a refusal) and `since_start_s`. HTTP 200 means the weights were scored; a refusal or a
+failure has a 4xx/5xx status.
+Submitting the same weights twice returns the cached score without a new evaluation; the
+untouched base model scores the baseline (improvement 0).
+
+`GET $GRADING_SERVER_URL/time` returns `start_time`, `timeout_s`, `last_submit_time`, `end_time`,
+`deadline`, `now` and `remaining` (seconds); `GET $GRADING_SERVER_URL/health` returns `status`,
+`task`, `workspace` and `available_gpus`. Your result is the best submission made before the
+deadline. At the deadline every process you started is stopped.
 """
 
 
@@ -97,8 +118,11 @@ def prepare_workspace(
     _readonly_tree(Path(model_dir), workspace / "models" / hf_id)
     (workspace / "description.md").write_text(task.describe(task_settings))
     (workspace / "instructions.md").write_text(INSTRUCTIONS.format(hf_id=hf_id) + MODE_RULES[mode])
-    for name, source in task.exposed_files().items():
-        shutil.copyfile(source, workspace / name)
+    for name, source in task.exposed_files(task_settings).items():
+        if isinstance(source, bytes):
+            (workspace / name).write_bytes(source)
+        else:
+            shutil.copyfile(source, workspace / name)
     files = {
         str(p.relative_to(workspace)): sha256_file(p) for p in sorted(workspace.rglob("*")) if p.is_file()
     }

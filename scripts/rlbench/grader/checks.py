@@ -119,3 +119,35 @@ def snapshot_checkpoint(model_dir: Path, dest: Path) -> None:
     for rel in checkpoint_files(model_dir):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(model_dir / rel, dest / rel)
+
+
+def gpu_order(gpu: str) -> tuple:
+    """Sort key for GPU ids: numeric ids by value ("2" before "10"), then any other id (UUIDs)."""
+    return (0, int(gpu), "") if gpu.isdigit() else (1, 0, gpu)
+
+
+def requested_gpus(value: object, available: list[str]) -> list[str]:
+    """The GPU ids a request's "gpu" names ("0", "2,3", 1), each one checked against `available`.
+
+    As the reference grader: a comma-separated list of ids, every one of which must be among the
+    GPUs the grader was given (CUDA_VISIBLE_DEVICES); a grader without GPUs refuses any value.
+    """
+    choices = sorted(available, key=gpu_order)
+    hint = (
+        f'available GPUs: {", ".join(choices)} (GET $GRADING_SERVER_URL/health lists them); '
+        'omit "gpu" to use the first one'
+        if choices
+        else 'this grader has no GPUs (CUDA_VISIBLE_DEVICES is empty): omit "gpu" from the request'
+    )
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise SubmissionRefused(400, "invalid_gpu", f'"gpu" must be a string of GPU ids such as "0" or "0,1"; {hint}')
+    ids: list[str] = []
+    for part in str(value).split(","):
+        if part.strip() and part.strip() not in ids:
+            ids.append(part.strip())
+    if not ids:
+        raise SubmissionRefused(400, "invalid_gpu", f'"gpu" is empty; {hint}')
+    unknown = [g for g in ids if g not in available]
+    if unknown:
+        raise SubmissionRefused(400, "invalid_gpu", f"GPU {', '.join(unknown)} not available; {hint}")
+    return ids

@@ -59,8 +59,9 @@ class Task(ABC):
     def evaluate(self, model_dir: Path, eval_dir: Path, backend, settings: dict) -> EvalResult:
         """Score a model on the held-out split with a generation backend."""
 
-    def exposed_files(self) -> dict[str, Path]:
-        """Workspace-relative name -> file the agent gets (reward code, prompts, env code)."""
+    def exposed_files(self, settings: dict) -> dict[str, Path | bytes]:
+        """Workspace-relative name -> what the agent gets there (a file to copy, or its bytes):
+        reward code, prompt protocol, environment code."""
         return {"task.py": self.public_module_path}
 
     def public_module(self) -> ModuleType:
