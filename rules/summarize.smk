@@ -1,3 +1,5 @@
+# Also read beside run.json, not declared (they are the run's own record, written by run_agent):
+# grader/ledger.jsonl, grader/snapshots/NNNN/code and workspace/run_meta.json.
 rule summarize_run:
     input:
         run=run_path("run.json"),

@@ -1,173 +1,655 @@
-"""Runtime recording and post-hoc summaries: artifacts, process metrics, per-iteration reports."""
+"""Runtime recording and post-hoc summaries: artifacts, process metrics, per-iteration reports.
+
+Two sets of process metrics, kept apart so that a paper name never carries another meaning:
+
+* `paper_metrics` -> summary.json["metrics"]: the ten process metrics of SPEC §4, computed as the
+  reference harness (RD-Agent AutoRL-Bench, rdagent/scenarios/rl/autorl_bench/core/metrics.py,
+  `compute_metrics`) computes them, over the submissions it would record in scores.json
+  (`ledger.is_submission`), in ledger order.
+* `extra_metrics` -> summary.json["metrics_extra"]: ours, under names the paper does not use
+  (validity by grader status, copies by weight fingerprint, non-strict monotonicity...).
+
+summary.jsonl holds one record per recorded submission (an iteration of train -> submit) with the
+fields of the reference's summary skill (core/skill.md): iteration, timestamp, duration_s, status,
+exit_code, score, improvement, train_type, failure_type; our extra fields use other names.
+"""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 from rlbench.jsonio import read_json, read_jsonl
+from rlbench.ledger import SCORED, is_scored, is_submission, iso_timestamp
 
-# Route labels, checked in this order against the agent's code (SPEC §4).
-ROUTE_PATTERNS = (
-    ("GRPO", re.compile(r"GRPOTrainer|GRPOConfig|\bgrpo\b", re.I)),
-    ("PPO", re.compile(r"PPOTrainer|PPOConfig|RLOOTrainer", re.I)),
-    ("DPO", re.compile(r"DPOTrainer|ORPOTrainer|KTOTrainer|CPOTrainer|SimPO", re.I)),
-    ("SFT", re.compile(r"SFTTrainer|SFTConfig|Trainer\(", re.I)),
-)
+# Route labels (SPEC §4). TRAINING_ROUTES are real training routes ("coding success").
+GRPO, PPO, DPO, SFT_ONLY, SFT_RL = "GRPO", "PPO", "DPO", "SFT-only", "SFT+RL"
+COPY, MISSING, UNKNOWN = "Copy", "Placeholder/Missing", "unknown"
+TRAINING_ROUTES = (GRPO, PPO, DPO, SFT_ONLY, SFT_RL)
+ROUTE_LABELS = TRAINING_ROUTES + (COPY, MISSING, UNKNOWN)
+ONLINE_RL_ROUTES = frozenset({GRPO, PPO, SFT_RL})  # routes that build rollouts of the policy
+# Failure types (SPEC §4; the reference's skill.md rule 4 names the same six).
+CODE_ERROR, ROLLOUT_WRONG, TIMEOUT_NO_SUBMISSION = "code_error_runtime", "rollout_logic_wrong", "timeout_no_submission"
+COPY_FALLBACK, DIVERGED, UNKNOWN_FAILURE = "copy_model_fallback", "training_diverged", "unknown"
+FAILURE_TYPES = (CODE_ERROR, ROLLOUT_WRONG, TIMEOUT_NO_SUBMISSION, COPY_FALLBACK, DIVERGED, UNKNOWN_FAILURE)
+INTERACTIVE_LEVELS = frozenset({"L3"})
+
+# What each training method looks like in code. Class names count only when called (an import
+# alone proves nothing); bare method words (`loss_type="dpo"`, `trl sft`, `adv_estimator=grpo`)
+# count anywhere except in full-line comments.
+METHOD_PATTERNS = {
+    "grpo": re.compile(r"\bGRPO(?:Trainer|Config)\s*\(|(?i:\bgrpo\b)"),
+    # Other online policy-gradient methods (RLOO) are counted with PPO.
+    "ppo": re.compile(r"\b(?:PPO|RLOO)(?:Trainer|Config)\s*\(|(?i:\b(?:ppo|rloo)\b)"),
+    # "DPO (and other preference methods)".
+    "preference": re.compile(
+        r"\b(?:Online)?(?:DPO|ORPO|KTO|CPO|BCO|XPO|NashMD)(?:Trainer|Config)\s*\(|(?i:\b(?:dpo|orpo|kto|simpo)\b)"
+    ),
+    "sft": re.compile(r"\bSFT(?:Trainer|Config)\s*\(|\bSeq2SeqTrainer\s*\(|(?<![\w.])Trainer\s*\(|(?i:\bsft\b)"),
+}
+ROUTE_SUFFIXES = {".py", ".sh", ".bash", ".yaml", ".yml", ".toml", ".cfg"}
 CODE_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".txt", ".md"}
+MAX_SCAN_BYTES = 2_000_000
+_FULL_LINE_COMMENT = re.compile(r"^\s*#.*$", re.M)
+# Hyper-parameters shown as "key configuration" in summary.md.
+CONFIG_KEYS = (
+    "learning_rate",
+    "lr",
+    "num_train_epochs",
+    "epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "num_generations",
+    "beta",
+)
+_CONFIG_ASSIGN = re.compile(r"(?<![\w.])(" + "|".join(CONFIG_KEYS) + r")[\"']?\s*[=:](?!=)\s*")
+# The reference's iteration status values (skill.md: 成功 / 失败).
+SUCCESS, FAILED = "success", "failed"
+# summary.jsonl leaves out our long-text fields (the reference keeps it to quantifiable fields).
+JSONL_OMITTED = ("error", "key_config")
 
 
-def _code_files(code_dir: Path) -> list[Path]:
-    if not code_dir.is_dir():
+# -- code --------------------------------------------------------------------------------------
+def _code_files(code_dir: Path, suffixes: set[str] = CODE_SUFFIXES) -> list[Path]:
+    if not code_dir or not Path(code_dir).is_dir():
         return []
-    return sorted(p for p in code_dir.rglob("*") if p.is_file() and p.suffix in CODE_SUFFIXES)
+    return sorted(p for p in Path(code_dir).rglob("*") if p.is_file() and p.suffix in suffixes)
 
 
-def detect_route(code_dir: Path) -> str:
-    """SFT-only, GRPO, PPO, DPO or SFT+RL from the code; 'none' when there is no training code."""
-    text = ""
-    for path in _code_files(code_dir):
-        if path.suffix in {".py", ".sh"} and path.stat().st_size < 2_000_000:
-            text += path.read_text(errors="replace") + "\n"
-    found = [label for label, pattern in ROUTE_PATTERNS if pattern.search(text)]
-    rl = [label for label in found if label in ("GRPO", "PPO", "DPO")]
-    if rl and "SFT" in found and re.search(r"SFTTrainer", text):
-        return "SFT+RL"
-    if rl:
-        return rl[0]
-    return "SFT-only" if "SFT" in found else "none"
+def _code_text(code_dir: Path | None) -> str:
+    """The code and configs under code_dir, full-line comments removed."""
+    parts = []
+    for path in _code_files(code_dir, ROUTE_SUFFIXES):
+        if path.stat().st_size <= MAX_SCAN_BYTES:
+            parts.append(_FULL_LINE_COMMENT.sub("", path.read_text(errors="replace")))
+    return "\n".join(parts)
 
 
-def run_route(code_route: str, metrics: dict) -> str:
-    """The run's route label: Copy when every valid submission was the base model, Placeholder/Missing
-    when nothing valid was submitted, else what the code trains with."""
-    valid = sum(score is not None for score in metrics["score_trajectory"])
-    if valid == 0:
-        return "Placeholder/Missing"
-    if metrics["copy_model_count"] >= valid:
-        return "Copy"
-    return code_route
+def training_methods(code_dir: Path | None) -> set[str]:
+    """Which of grpo, ppo, preference, sft the code under code_dir uses."""
+    text = _code_text(code_dir)
+    return {name for name, pattern in METHOD_PATTERNS.items() if pattern.search(text)}
 
 
-def collect_artifacts(run_dir: Path) -> dict:
+def detect_route(code_dir: Path | None) -> str | None:
+    """GRPO, PPO, DPO, SFT-only or SFT+RL from the code; None when no training method shows.
+
+    SFT+RL is SFT plus an online RL method (GRPO/PPO); SFT before DPO stays DPO (a preference
+    method, not online RL). Several RL methods: GRPO before PPO before DPO."""
+    methods = training_methods(code_dir)
+    if methods & {"grpo", "ppo"} and "sft" in methods:
+        return SFT_RL
+    for method, label in (("grpo", GRPO), ("ppo", PPO), ("preference", DPO), ("sft", SFT_ONLY)):
+        if method in methods:
+            return label
+    return None
+
+
+def _expression(text: str, start: int, limit: int = 60) -> str:
+    """The expression starting at text[start]: up to a top-level comma, closing bracket or newline."""
+    depth, quote, i = 0, None, start
+    while i < len(text) and i - start < 200:
+        char = text[i]
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif char == "\n" or (depth == 0 and char in ",#"):
+            break
+        i += 1
+    value = text[start:i].strip()
+    return value if len(value) <= limit else value[: limit - 3] + "..."
+
+
+def key_configuration(code_dir: Path | None) -> dict[str, str]:
+    """The first value the code gives each of CONFIG_KEYS (as written, e.g. 'env_float("LR", 5e-4)')."""
+    found: dict[str, str] = {}
+    text = _code_text(code_dir)
+    for match in _CONFIG_ASSIGN.finditer(text):
+        key = match.group(1)
+        if key not in found:
+            value = _expression(text, match.end())
+            if value:
+                found[key] = value
+    return {key: found[key] for key in CONFIG_KEYS if key in found}
+
+
+# -- ledger entries --------------------------------------------------------------------------
+def recorded_submissions(ledger: list[dict]) -> list[dict]:
+    """The entries the reference would record in scores.json, in ledger (= completion) order."""
+    return [e for e in ledger if is_submission(e) and not e.get("pending")]
+
+
+def entry_score(entry: dict) -> float:
+    """The entry's score as the reference records it: 0.0 when it could not be scored."""
+    score = entry.get("score")
+    return 0.0 if score is None else float(score)
+
+
+def finished_at(entry: dict) -> float | None:
+    """Unix time when the entry's evaluation finished: its ISO `timestamp`, as the reference reads it.
+
+    The ISO string is local time without an offset; when it disagrees with `responded_at` (the
+    same instant as unix seconds) by more than a minute, it was written in another time zone and
+    `responded_at` is used. Ledgers from before ISO timestamps carry only `responded_at`."""
+    responded = entry.get("responded_at")
+    responded = float(responded) if isinstance(responded, (int, float)) else None
+    stamp = entry.get("timestamp")
+    if isinstance(stamp, str):
+        try:
+            parsed = datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            parsed = None
+        if parsed is not None and (responded is None or abs(parsed - responded) <= 60):
+            return parsed
+    return responded
+
+
+def _iso(entry: dict) -> str | None:
+    stamp = entry.get("timestamp")
+    if isinstance(stamp, str):
+        return stamp
+    finished = finished_at(entry)
+    return None if finished is None else iso_timestamp(finished)
+
+
+def resolves_to(model_path: object, workspace: Path, target: Path) -> bool:
+    """Whether model_path names target. The reference resolves model_path with Path.resolve(),
+    i.e. against the harness's current directory, so a relative path ("models/...") never matches
+    there although the agent, working in the workspace, meant the workspace's directory; we resolve
+    relative paths against the workspace, which is what the reference means."""
+    if not isinstance(model_path, str) or not model_path:
+        return False
+    path = Path(model_path)
+    try:
+        return (path if path.is_absolute() else Path(workspace) / path).resolve() == Path(target).resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def is_base_path(entry: dict, workspace: Path, base_model: str | None) -> bool:
+    """The submission's model_path is the workspace's base model directory (models/<hf_id>).
+
+    The grader's `resolved_path` (model_path resolved in the workspace, relative to it) says the
+    same and survives a run directory that moved after the run."""
+    if not base_model:
+        return False
+    if entry.get("resolved_path") is not None and Path(entry["resolved_path"]) == Path(base_model):
+        return True
+    return resolves_to(entry.get("model_path"), workspace, Path(workspace) / base_model)
+
+
+def is_base_weights(entry: dict, baseline_fingerprint: str | None) -> bool:
+    """The submitted weights are the base model's, wherever they were saved (output/v1...)."""
+    return baseline_fingerprint is not None and entry.get("fingerprint") == baseline_fingerprint
+
+
+# -- run_meta ----------------------------------------------------------------------------------
+def _int_or_none(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def load_run_meta(workspace: Path, run: dict, submissions: list[dict]) -> dict:
+    """start_time, timeout_s, last_submit_time, end_time as the reference reads them from
+    run_meta.json (int unix seconds; end_time = when the run actually ended). A field the file
+    lacks comes from run.json (truncated to int, as the reference stores it) or, for
+    last_submit_time, from the last recorded submission's finish time."""
+    path = Path(workspace) / "run_meta.json"
+    meta = read_json(path) if path.exists() else {}
+    meta = meta if isinstance(meta, dict) else {}
+    finishes = [t for t in (finished_at(e) for e in submissions) if t is not None]
+    fallback = {
+        "start_time": _int_or_none(run.get("start_time")),
+        "timeout_s": _int_or_none(run.get("time_limit_s")),
+        "end_time": _int_or_none(run.get("end_time")),
+        "last_submit_time": int(max(finishes)) if finishes else None,
+    }
+    return {key: _int_or_none(meta.get(key)) if meta.get(key) is not None else value for key, value in fallback.items()}
+
+
+# -- process metrics -----------------------------------------------------------------------------
+def paper_metrics(
+    submissions: list[dict],
+    run_meta: dict,
+    baseline_score: float | None,
+    workspace: Path,
+    base_model: str | None,
+) -> dict:
+    """The ten process metrics exactly as core/metrics.py `compute_metrics` defines them.
+
+    submissions: the recorded submissions (`recorded_submissions`), in order. base_model: the base
+    model's directory relative to the workspace (models/<hf_id>). Delays are whole seconds since
+    run_meta's start_time, truncated with int() as the reference does."""
+    scores = [entry_score(e) for e in submissions]  # metrics.py:35, failed entries score 0.0
+    start, end = run_meta.get("start_time"), run_meta.get("end_time")
+    timeout_s, last_submit = run_meta.get("timeout_s"), run_meta.get("last_submit_time")
+
+    def delay(entry: dict) -> int | None:
+        finished = finished_at(entry)
+        return None if finished is None else int(finished - start)
+
+    valid = [s for s in scores if s and s > 0]  # metrics.py:37: valid = score > 0
+    first_valid_idx = next((i for i, s in enumerate(scores, start=1) if s and s > 0), None)  # :40-44
+    time_to_first_improvement = None
+    if baseline_score is not None and start:  # :59-65: the first entry above the baseline, then stop
+        for entry, score in zip(submissions, scores):
+            if score > baseline_score:
+                time_to_first_improvement = delay(entry)
+                break
+    time_to_best = None
+    if start and submissions:  # :86-90: max() keeps the first of tied best scores
+        best_index = max(range(len(scores)), key=lambda i: scores[i])
+        time_to_best = delay(submissions[best_index])
+    copy_model_count = None
+    if base_model:  # :72-79
+        copy_model_count = sum(1 for e in submissions if is_base_path(e, workspace, base_model))
+    return {
+        "valid_submission_rate": len(valid) / len(scores) if scores else None,  # :38
+        "first_valid_idx": first_valid_idx,
+        "first_valid_delay": delay(submissions[first_valid_idx - 1]) if start and first_valid_idx else None,  # :52-56
+        "score_trajectory": scores,  # :100
+        "time_to_first_improvement": time_to_first_improvement,
+        "time_to_best": time_to_best,
+        # :67-70: strict increases over all consecutive entries / (n - 1); None under 2 entries
+        "monotonic_ratio": (
+            sum(1 for a, b in zip(scores, scores[1:]) if b > a) / (len(scores) - 1) if len(scores) >= 2 else None
+        ),
+        "copy_model_count": copy_model_count,
+        "time_used_ratio": (end - start) / timeout_s if start and end and timeout_s else None,  # :81-83
+        "last_submit_gap": int(end - last_submit) if end and last_submit else None,  # :92-94
+    }
+
+
+def extra_metrics(
+    ledger: list[dict],
+    submissions: list[dict],
+    baseline_score: float | None,
+    baseline_fingerprint: str | None,
+) -> dict:
+    """Our process metrics, under names the paper does not use.
+
+    scored_* : validity by grader status (scored or cached: a real evaluation of the submitted
+    weights) instead of score > 0; copy_weights_count: submissions whose weights equal the base
+    model's (fingerprint), wherever they were saved; nondecreasing_ratio: b >= a over consecutive
+    scored submissions only; *_since_start_s: when the submission was made (since_start_s)."""
+    scored = [(i, e) for i, e in enumerate(submissions, start=1) if is_scored(e)]
+    scored_scores = [entry_score(e) for _, e in scored]
+    best = max(scored, key=lambda pair: entry_score(pair[1]), default=None)
+    first_improvement = next(
+        (i for i, e in scored if baseline_score is not None and entry_score(e) > baseline_score), None
+    )
+    steps = list(zip(scored_scores, scored_scores[1:]))
+    return {
+        "requests": len(ledger),
+        "refused_requests": len(ledger) - len(submissions),  # answered 400, never recorded
+        "status_counts": dict(Counter(e.get("status") or "unknown" for e in submissions)),
+        "scored_submissions": len(scored),
+        "scored_submission_rate": len(scored) / len(submissions) if submissions else None,
+        "first_scored_idx": scored[0][0] if scored else None,
+        "first_scored_since_start_s": scored[0][1].get("since_start_s") if scored else None,
+        "first_improvement_idx": first_improvement,
+        "best_scored_idx": best[0] if best else None,
+        "best_scored_since_start_s": best[1].get("since_start_s") if best else None,
+        "nondecreasing_ratio": sum(1 for a, b in steps if b >= a) / len(steps) if steps else None,
+        "copy_weights_count": sum(1 for e in submissions if is_base_weights(e, baseline_fingerprint)),
+    }
+
+
+# -- iterations ----------------------------------------------------------------------------------
+def snapshot_code_dir(grader_dir: Path, entry: dict) -> Path | None:
+    """grader/snapshots/NNNN/code, the agent's code when this submission was made (the grader
+    deletes NNNN/model for non-best entries but keeps the code)."""
+    submission_id = entry.get("submission_id")
+    if not isinstance(submission_id, int):
+        return None
+    path = Path(grader_dir) / "snapshots" / f"{submission_id:04d}" / "code"
+    return path if path.is_dir() else None
+
+
+def train_type(
+    entry: dict,
+    code_dir: Path | None,
+    *,
+    baseline_fingerprint: str | None,
+    workspace: Path,
+    base_model: str | None,
+) -> str:
+    """The iteration's route label: Copy for the base weights (by fingerprint or by path); else the
+    route of the code snapshot; else unknown for evaluated weights (trained by code outside code/)
+    and Placeholder/Missing for a submission with nothing evaluable and no training code."""
+    if is_base_weights(entry, baseline_fingerprint) or is_base_path(entry, workspace, base_model):
+        return COPY
+    route = detect_route(code_dir)
+    if route:
+        return route
+    return UNKNOWN if is_scored(entry) else MISSING
+
+
+def iteration_failure(entry: dict, label: str, baseline_score: float | None, level: str | None) -> str | None:
+    """The failure type of one iteration; None when it improved on the baseline.
+
+    Copy -> copy_model_fallback; not evaluable (refused, evaluation failed) -> code_error_runtime;
+    a grader error -> unknown (not the agent's doing); an online-RL route on an interactive (L3)
+    task without gain -> rollout_logic_wrong; below the baseline -> training_diverged; else unknown."""
+    if label == COPY:
+        return COPY_FALLBACK
+    if entry.get("status") == "grader_error":
+        return UNKNOWN_FAILURE
+    if not is_scored(entry):
+        return CODE_ERROR
+    if baseline_score is None:
+        return UNKNOWN_FAILURE
+    score = entry_score(entry)
+    if score > baseline_score:
+        return None
+    if level in INTERACTIVE_LEVELS and label in ONLINE_RL_ROUTES:
+        return ROLLOUT_WRONG
+    return DIVERGED if score < baseline_score else UNKNOWN_FAILURE
+
+
+def iterations(
+    submissions: list[dict],
+    *,
+    grader_dir: Path,
+    workspace: Path,
+    base_model: str | None,
+    baseline_score: float | None,
+    baseline_fingerprint: str | None,
+    start_time: float | None,
+    exit_code: int | None,
+    level: str | None = None,
+) -> list[dict]:
+    """One record per recorded submission (an iteration of train -> submit).
+
+    Reference fields (core/skill.md rule 9): iteration (1-based); timestamp (the submission's ISO
+    timestamp, when its evaluation finished); duration_s (int seconds since the previous iteration
+    ended, the first since run start); status (success: evaluated, failed: not); exit_code (the
+    agent's exit code, on the last iteration only: its own commands are not observed); score (0.0
+    when not evaluated); improvement (score - baseline); train_type; failure_type. Ours: refusal
+    (the grader's refusal code), submission_id, model_path, grader_status, best_so_far,
+    best_iteration, valid_so_far, eval_seconds, since_start_s, error, key_config."""
+    records, previous, best, best_iteration, valid_so_far = [], start_time, None, None, 0
+    for index, entry in enumerate(submissions, start=1):
+        score = entry_score(entry)
+        if best is None or score > best:
+            best, best_iteration = score, index
+        valid_so_far += score > 0
+        code_dir = snapshot_code_dir(grader_dir, entry)
+        label = train_type(
+            entry, code_dir, baseline_fingerprint=baseline_fingerprint, workspace=workspace, base_model=base_model
+        )
+        finished = finished_at(entry)
+        improvement = entry.get("improvement")
+        if improvement is None and baseline_score is not None:
+            improvement = round(score - baseline_score, 4)
+        records.append(
+            {
+                "iteration": index,
+                "timestamp": _iso(entry),
+                "duration_s": int(finished - previous) if finished is not None and previous is not None else None,
+                "status": SUCCESS if is_scored(entry) else FAILED,
+                "exit_code": exit_code if index == len(submissions) else None,
+                "score": score,
+                "improvement": improvement,
+                "train_type": label,
+                "failure_type": iteration_failure(entry, label, baseline_score, level),
+                "refusal": entry.get("reason") if entry.get("status") == "refused" else None,
+                "submission_id": entry.get("submission_id"),
+                "model_path": entry.get("model_path"),
+                "grader_status": entry.get("status"),
+                "best_so_far": best,
+                "best_iteration": best_iteration,
+                "valid_so_far": valid_so_far,
+                "eval_seconds": entry.get("elapsed_seconds"),
+                "since_start_s": entry.get("since_start_s"),
+                "error": entry.get("error"),
+                "key_config": key_configuration(code_dir),
+            }
+        )
+        previous = finished if finished is not None else previous
+    return records
+
+
+def jsonl_record(record: dict) -> dict:
+    """A summary.jsonl line: the record without its long-text fields."""
+    return {k: v for k, v in record.items() if k not in JSONL_OMITTED}
+
+
+# -- run level -----------------------------------------------------------------------------------
+def _scored_records(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["grader_status"] in SCORED]
+
+
+def run_route(records: list[dict]) -> str:
+    """The run's route: Placeholder/Missing when nothing was evaluated, Copy when every evaluated
+    submission was the base model, else the train type of the best evaluated non-copy submission
+    (the first of tied ones); when that one's code shows no method, the latest that does."""
+    scored = _scored_records(records)
+    if not scored:
+        return MISSING
+    trained = [r for r in scored if r["train_type"] != COPY]
+    if not trained:
+        return COPY
+    best = max(trained, key=lambda r: r["score"])
+    if best["train_type"] in TRAINING_ROUTES:
+        return best["train_type"]
+    return next((r["train_type"] for r in reversed(trained) if r["train_type"] in TRAINING_ROUTES), best["train_type"])
+
+
+def coding_success(route: str) -> bool:
+    """SPEC §4: the run's route is a real training route."""
+    return route in TRAINING_ROUTES
+
+
+def improvement_success(records: list[dict]) -> bool:
+    """SPEC §4: at least one evaluated submission with Δ > 0."""
+    return any((r["improvement"] or 0) > 0 for r in _scored_records(records))
+
+
+def failure_type(run: dict, records: list[dict], level: str | None = None) -> str | None:
+    """The run's failure type (SPEC §4); None when a submission improved on the baseline.
+
+    No submission: timeout_no_submission when the budget ran out, code_error_runtime when the agent
+    failed, else unknown. Nothing evaluable: code_error_runtime. Only base-model copies evaluated:
+    copy_model_fallback. An online-RL route on an interactive (L3) task: rollout_logic_wrong.
+    Every trained submission below the baseline: training_diverged. Otherwise unknown."""
+    if improvement_success(records):
+        return None
+    if not records:
+        if run.get("status") == "timeout" or run.get("timed_out"):
+            return TIMEOUT_NO_SUBMISSION
+        return CODE_ERROR if run.get("status") in ("failed", "error") else UNKNOWN_FAILURE
+    scored = _scored_records(records)
+    if not scored:
+        return CODE_ERROR if any(r["failure_type"] == CODE_ERROR for r in records) else UNKNOWN_FAILURE
+    trained = [r for r in scored if r["train_type"] != COPY]
+    if not trained:
+        return COPY_FALLBACK
+    if level in INTERACTIVE_LEVELS and run_route(records) in ONLINE_RL_ROUTES:
+        return ROLLOUT_WRONG
+    if all(r["improvement"] is not None and r["improvement"] < 0 for r in trained):
+        return DIVERGED
+    return UNKNOWN_FAILURE
+
+
+# -- artifacts and the whole summary ---------------------------------------------------------------
+def base_model_dir(workspace: Path, base_model: str | None = None) -> str | None:
+    """models/<hf_id> relative to the workspace: as given, else the one model under models/."""
+    if base_model:
+        return base_model
+    models = Path(workspace) / "models"
+    found = sorted({p.parent for p in models.rglob("config.json")}) if models.is_dir() else []
+    return str(found[0].relative_to(workspace)) if len(found) == 1 else None
+
+
+def collect_artifacts(run_dir: Path, manifest: dict | None = None) -> dict:
     """What a run left behind: submissions, code, model versions, best checkpoint, logs."""
     workspace, grader = run_dir / "workspace", run_dir / "grader"
     run = read_json(run_dir / "run.json")
-    ledger = list(read_jsonl(grader / "ledger.jsonl"))
+    ledger_path = grader / "ledger.jsonl"
+    ledger = list(read_jsonl(ledger_path)) if ledger_path.exists() else []
+    submissions = recorded_submissions(ledger)
     output = workspace / "output"
     versions = sorted(str(p.parent.relative_to(workspace)) for p in output.rglob("config.json")) if output.is_dir() else []
     best_model = grader / "best_model"
     log = workspace / "agent.log"
     return {
         "status": run["status"],
-        "submissions": len(ledger),
-        "valid_submissions": sum(e.get("score") is not None for e in ledger),
+        "requests": len(ledger),
+        "submissions": len(submissions),
+        "scored_submissions": sum(1 for e in submissions if is_scored(e)),
+        "base_model": base_model_dir(workspace, (manifest or {}).get("model")),
         "code_files": [str(p.relative_to(workspace)) for p in _code_files(workspace / "code")],
         "model_versions": versions,
         "best": run.get("best"),
         "best_model": str(best_model) if best_model.is_dir() else None,
         "snapshots": sorted(p.name for p in (grader / "snapshots").iterdir()) if (grader / "snapshots").is_dir() else [],
         "agent_log_bytes": log.stat().st_size if log.exists() else 0,
-        "route": detect_route(workspace / "code"),
+        "final_code_route": detect_route(workspace / "code") or MISSING,
     }
 
 
-def process_metrics(ledger: list[dict], run: dict, baseline_fingerprint: str | None) -> dict:
-    """The process metrics of SPEC §4, from the ledger and run.json."""
-    total = len(ledger)
-    valid = [i for i, e in enumerate(ledger) if e.get("score") is not None]
-    scores = [e.get("score") for e in ledger]
-    improved = [e for e in ledger if (e.get("improvement") or 0) > 0]
-    best = max((ledger[i] for i in valid), key=lambda e: e["score"], default=None)
-    valid_scores = [ledger[i]["score"] for i in valid]
-    steps = list(zip(valid_scores, valid_scores[1:]))
-    last_submit = max((e["timestamp"] for e in ledger), default=None)
-    return {
-        "valid_submission_rate": len(valid) / total if total else None,
-        "first_valid_idx": valid[0] + 1 if valid else None,
-        "first_valid_delay": ledger[valid[0]]["elapsed_seconds"] if valid else None,
-        "score_trajectory": scores,
-        "time_to_first_improvement": improved[0]["elapsed_seconds"] if improved else None,
-        "time_to_best": best["elapsed_seconds"] if best else None,
-        "monotonic_ratio": sum(b >= a for a, b in steps) / len(steps) if steps else None,
-        "copy_model_count": sum(
-            1 for e in ledger if baseline_fingerprint and e.get("fingerprint") == baseline_fingerprint
-        ),
-        "time_used_ratio": run["duration_s"] / run["time_limit_s"] if run.get("time_limit_s") else None,
-        "last_submit_gap": run["end_time"] - last_submit if last_submit is not None else None,
+def summarize(
+    run_dir: Path,
+    run: dict,
+    final: dict,
+    baseline: dict,
+    level: str | None = None,
+    base_model: str | None = None,
+) -> tuple[dict, list[dict]]:
+    """summary.json and the summary.jsonl records of one run directory.
+
+    baseline: the grader's baseline (score, fingerprint); final: final.json; base_model:
+    models/<hf_id> (artifacts.json "base_model")."""
+    run_dir = Path(run_dir)
+    workspace, grader = run_dir / "workspace", run_dir / "grader"
+    ledger_path = grader / "ledger.jsonl"
+    ledger = list(read_jsonl(ledger_path)) if ledger_path.exists() else []
+    submissions = recorded_submissions(ledger)
+    base_model = base_model_dir(workspace, base_model)
+    meta = load_run_meta(workspace, run, submissions)
+    records = iterations(
+        submissions,
+        grader_dir=grader,
+        workspace=workspace,
+        base_model=base_model,
+        baseline_score=baseline.get("score"),
+        baseline_fingerprint=baseline.get("fingerprint"),
+        start_time=meta["start_time"],
+        exit_code=run.get("exit_code"),
+        level=level,
+    )
+    route = run_route(records)
+    summary = {
+        "labels": run.get("labels", {}),
+        "level": level,
+        "status": run["status"],
+        "exit_code": run.get("exit_code"),
+        "timed_out": run.get("timed_out"),
+        "baseline": final.get("baseline_score", baseline.get("score")),
+        "best": final.get("score"),
+        "delta": final.get("delta"),
+        "submissions": len(submissions),
+        "valid_submissions": sum(1 for e in submissions if entry_score(e) > 0),  # the paper's "valid"
+        "scored_submissions": sum(1 for e in submissions if is_scored(e)),
+        "route": route,
+        "coding_success": coding_success(route),
+        "improvement_success": improvement_success(records),
+        "failure_type": failure_type(run, records, level),
+        "run_meta": meta,
+        "metrics": paper_metrics(submissions, meta, baseline.get("score"), workspace, base_model),
+        "metrics_extra": extra_metrics(ledger, submissions, baseline.get("score"), baseline.get("fingerprint")),
     }
+    return summary, records
 
 
-def failure_type(run: dict, metrics: dict, final: dict) -> str | None:
-    """None for a run that improved; else the SPEC §4 failure type that best explains it."""
-    if final.get("delta") is not None and final["delta"] > 0:
-        return None
-    if metrics["first_valid_idx"] is None:
-        if run["status"] == "timeout":
-            return "timeout_no_submission"
-        if run["status"] in ("failed", "error"):
-            return "code_error_runtime"
-        return "unknown"
-    valid = [s for s in metrics["score_trajectory"] if s is not None]
-    if metrics["copy_model_count"] and metrics["copy_model_count"] >= len(valid):
-        return "copy_model_fallback"
-    if final.get("delta") is not None and final["delta"] < 0:
-        return "training_diverged"
-    return "unknown"
+# -- summary.md --------------------------------------------------------------------------------------
+def _fmt(value, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:+.4g}" if signed else f"{value:.4g}"
+    return str(value)
 
 
-def iterations(ledger: list[dict], run: dict, baseline_fingerprint: str | None, route: str) -> list[dict]:
-    """summary.jsonl: one record per submission (an iteration of train -> submit)."""
-    records, previous, best = [], run["start_time"], None
-    for index, entry in enumerate(ledger, start=1):
-        score = entry.get("score")
-        if score is not None:
-            best = score if best is None else max(best, score)
-        is_copy = baseline_fingerprint is not None and entry.get("fingerprint") == baseline_fingerprint
-        records.append(
-            {
-                "iteration": index,
-                "timestamp": entry["timestamp"],
-                "duration_s": round(entry["timestamp"] - previous, 3),
-                "status": entry.get("status"),
-                "exit_code": run.get("exit_code") if index == len(ledger) else None,
-                "model_path": entry.get("model_path"),
-                "score": score,
-                "improvement": entry.get("improvement"),
-                "best_so_far": best,
-                "train_type": "Copy" if is_copy else (route if score is not None else "Placeholder/Missing"),
-                "failure_type": entry.get("reason") if score is None else None,
-                "error": entry.get("error"),
-            }
-        )
-        previous = entry["timestamp"]
-    return records
+def _first_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def summary_markdown(summary: dict, records: list[dict]) -> str:
     """summary.md: the run at a glance, then one section per iteration."""
-    labels = summary["labels"]
+    labels, metrics = summary["labels"], summary["metrics"]
+    yes = {True: "yes", False: "no"}
     lines = [
         f"# {labels.get('task')} / {labels.get('model')} / {labels.get('agent')} / seed {labels.get('seed')}",
         "",
-        f"- status: {summary['status']} (exit code {summary['exit_code']}), route: {summary['route']}",
-        f"- baseline {summary['baseline']}, best {summary['best']}, delta {summary['delta']}",
-        f"- submissions: {summary['submissions']} ({summary['valid_submissions']} valid), "
-        f"failure type: {summary['failure_type']}",
-        f"- time used: {summary['metrics']['time_used_ratio']}",
+        f"- status: {summary['status']} (exit code {_fmt(summary['exit_code'])})",
+        f"- route: {summary['route']} (coding success: {yes[summary['coding_success']]}, "
+        f"improvement success: {yes[summary['improvement_success']]})",
+        f"- baseline {_fmt(summary['baseline'])}, best {_fmt(summary['best'])}, delta {_fmt(summary['delta'], True)}",
+        f"- submissions: {summary['submissions']} ({summary['valid_submissions']} valid: score > 0; "
+        f"{summary['scored_submissions']} evaluated), failure type: {summary['failure_type'] or 'none'}",
+        "- process metrics: "
+        + ", ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if k != "score_trajectory"),
+        "- score trajectory: " + (" → ".join(_fmt(s) for s in metrics["score_trajectory"]) or "-"),
         "",
     ]
     for record in records:
+        when = (record["timestamp"] or "-")[:16].replace("T", " ")
         lines += [
-            f"## Iteration {record['iteration']}: {record['model_path']}",
+            f"## Iteration {record['iteration']} ({when}, {_fmt(record['duration_s'])} s): {record['model_path']}",
             "",
-            f"- status: {record['status']}",
-            f"- score {record['score']} | improvement {record['improvement']} | best so far {record['best_so_far']}",
+            f"- status: {record['status']} (grader: {record['grader_status']}"
+            + (f"; agent exit code {record['exit_code']})" if record["exit_code"] is not None else ")"),
+            f"- score {_fmt(record['score'])} | improvement {_fmt(record['improvement'], True)} | "
+            f"best so far {_fmt(record['best_so_far'])} (iteration {record['best_iteration']})",
             f"- training type: {record['train_type']}",
         ]
-        if record["error"]:
-            lines.append(f"- problem: {record['failure_type']}: {record['error']}")
+        if record["key_config"]:
+            lines.append("- key configuration: " + ", ".join(f"{k}={v}" for k, v in record["key_config"].items()))
+        rate = f"valid_submission_rate so far {record['valid_so_far']}/{record['iteration']}"
+        if record["failure_type"] is None:
+            new_best = ", new best" if record["best_iteration"] == record["iteration"] else ""
+            lines.append(f"- progress: {_fmt(record['improvement'], True)} over the baseline{new_best}; {rate}")
+        else:
+            problem = record["failure_type"]
+            if record["refusal"]:
+                problem += f" (refused: {record['refusal']})"
+            if record["error"]:
+                problem += f": {_first_line(record['error'])}"
+            lines.append(f"- problem: {problem}; {rate}")
         lines.append("")
     if not records:
-        lines.append("No submission was made.")
+        lines.append("No submission was recorded.")
     return "\n".join(lines) + "\n"
