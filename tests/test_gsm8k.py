@@ -7,29 +7,33 @@ import pytest
 from conftest import GSM8K_SETTINGS
 from rlbench.generation import GenerationBackend
 from rlbench.jsonio import read_jsonl
-from rlbench.tasks.gsm8k import GSM8K
+from rlbench.tasks.gsm8k import GSM8K, opencompass_protocol
 from rlbench.tasks import gsm8k_public as public
 
 
 @pytest.mark.parametrize(
     "text,expected",
     [
-        ("so 3+4=7\n#### 7", "7"),
-        ("#### 1,234", "1234"),
-        ("answer #### -5.0 and later 9", "-5"),
-        ("no marker, the result is 42.", "42"),
-        ("first 3 then #### 8 then #### 9", "9"),
+        ("so 3+4=7\nThe answer is 7", "7"),
+        ("The answer is 1,234", "234"),  # OpenCompass does not strip commas from predictions
+        ("answer -5.0 and later 9", "9"),
+        ("The answer is 12\nQuestion: Tom has 3 apples", "12"),  # cut at the next question
+        ("<think>maybe 3</think>The answer is 8", "8"),
         ("nothing numeric", None),
     ],
 )
-def test_extract_answer_uses_marker_then_last_number(text, expected):
+def test_extract_answer_is_opencompass_gsm8k_postprocess(text, expected):
     assert public.extract_answer(text) == expected
 
 
 def test_reward_is_exact_match_of_final_number():
     example = {"question": "q", "answer": "2+2=4\n#### 4"}
     assert public.reward("It is 4.00", example) == 1.0
-    assert public.reward("#### 5", example) == 0.0
+    assert public.reward("The answer is 5", example) == 0.0
+
+
+def test_reference_answer_is_the_number_after_the_marker_without_commas():
+    assert public.reference_answer({"answer": "work\n#### 1,234"}) == "1234"
 
 
 def test_offline_splits_are_disjoint_and_well_formed(gsm8k_data):
@@ -51,13 +55,14 @@ class OracleBackend(GenerationBackend):
     name = "oracle"
 
     def __init__(self, rows):
-        self.answers = {public.format_prompt(r)[0]["content"]: public.reference_answer(r) for r in rows}
+        protocol = opencompass_protocol()
+        self.answers = {public.format_prompt(r, protocol)[-1]["content"]: public.reference_answer(r) for r in rows}
 
     def generate_chat(self, conversations, max_new_tokens):
         out = []
         for i, conv in enumerate(conversations):
-            gold = self.answers[conv[0]["content"]]
-            out.append(f"#### {gold}" if i < len(conversations) // 2 else "#### -1")
+            gold = self.answers[conv[-1]["content"]]
+            out.append(f"The answer is {gold}" if i < len(conversations) // 2 else "The answer is -1")
         return out
 
 

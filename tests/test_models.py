@@ -83,7 +83,7 @@ def test_tiny_loads_with_auto_classes_without_remote_code(tiny_dir, tiny_tokeniz
     assert type(model).__name__ == "Qwen2ForCausalLM"
     cfg = model.config
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (64, 2, 4, 2)
-    assert cfg.tie_word_embeddings and cfg.max_position_embeddings == 2048
+    assert cfg.tie_word_embeddings and cfg.max_position_embeddings == 4096
     assert cfg.vocab_size == len(tiny_tokenizer)
     assert model.dtype == torch.float32
 

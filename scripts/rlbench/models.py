@@ -288,7 +288,7 @@ def _build_tiny(spec: dict, out: Path) -> dict:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=4096,  # room for the few-shot GSM8K prompt (~2.2k byte-level tokens)
         tie_word_embeddings=True,
         use_sliding_window=False,
         bos_token_id=pad_id,

@@ -1,15 +1,28 @@
-"""GSM8K (L1): grade-school math, exact match of the final number."""
+"""GSM8K (L1): grade-school math, scored with the paper's OpenCompass protocol."""
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from pathlib import Path
 
 from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task
+from rlbench.tasks.opencompass_config import read_dataset_config
 
 PUBLIC = Path(__file__).with_name("gsm8k_public.py")
 # The offline eval split is drawn from its own seed stream, far from the training seed.
 EVAL_SEED_OFFSET = 1_000_003
+# The dataset config the reference harness evaluates GSM8K with (benchmarks/__init__.py there).
+OPENCOMPASS_CONFIG = "configs/datasets/gsm8k/gsm8k_gen_1d7fe4.py"
+# What our public module implements; a config naming anything else is refused, not approximated.
+EXPECTED_PARTS = {
+    "retriever": "ZeroRetriever",
+    "inferencer": "GenInferencer",
+    "evaluator": "Gsm8kEvaluator",
+    "pred_postprocessor": "gsm8k_postprocess",
+    "dataset_postprocessor": "gsm8k_dataset_postprocess",
+}
 
 DESCRIPTION = """\
 # Task: GSM8K (grade-school math word problems)
@@ -18,14 +31,57 @@ Improve the base model's accuracy on grade-school math word problems.
 
 - Training data: `data/train.jsonl`, one JSON object per line with `question` and `answer`;
   `answer` is a worked solution whose last line is `#### <number>`.
-- Evaluation: a held-out set of {eval_desc} that you never see. The grader sends each
-  question through the model's chat template exactly as `task.py:format_prompt` builds it,
-  decodes greedily (at most {max_new_tokens} new tokens) and extracts the final answer with
-  `task.py:extract_answer` (the number after the last `####`, else the last number).
-- Metric: exact-match accuracy of the final number, 0-100.
+- Evaluation: a held-out set of {eval_desc} that you never see, scored with the paper's
+  protocol (OpenCompass `gsm8k_gen_1d7fe4`, read from opencompass {oc_version}):
+  - Prompt: {shots} worked examples given as a multi-turn chat (user: "Question: ...\\nLet's
+    think step by step\\nAnswer:", assistant: the worked solution ending "The answer is N"),
+    then the held-out question in the same user format. The model's own chat template renders
+    the conversation, with the generation prompt. `task.py:format_prompt` builds exactly these
+    messages (the exemplars are in `task_protocol.json`).
+  - Generation: greedy, at most {max_new_tokens} new tokens, stopping at the model's
+    end-of-sequence token(s).
+  - Answer extraction (`task.py:extract_answer`): drop any `<think>...</think>` section, cut the
+    completion at the first "Question:" (a model that goes on inventing questions is not
+    penalised for them), take the last number that remains. The gold answer is the number after
+    `#### `, commas removed; it matches when the strings are equal or differ by less than 1e-6.
+- Metric: exact-match accuracy, 0-100.
 - `task.py` holds the prompt format, the answer extraction and the reward the grader uses;
-  import it, do not copy it by hand.
+  import it, do not copy it by hand. End answers with "The answer is N" and stop, as the
+  exemplars do.
 """
+
+
+@lru_cache(maxsize=1)
+def opencompass_protocol() -> dict:
+    """The GSM8K protocol as the pinned OpenCompass config defines it (rounds, length, parts)."""
+    config = read_dataset_config(OPENCOMPASS_CONFIG)
+    infer, evaluation = config["gsm8k_infer_cfg"], config["gsm8k_eval_cfg"]
+    reader = config["gsm8k_reader_cfg"]
+    parts = {
+        "retriever": infer["retriever"]["type"],
+        "inferencer": infer["inferencer"]["type"],
+        "evaluator": evaluation["evaluator"]["type"],
+        "pred_postprocessor": evaluation["pred_postprocessor"]["type"],
+        "dataset_postprocessor": evaluation["dataset_postprocessor"]["type"],
+    }
+    if parts != EXPECTED_PARTS:
+        raise RuntimeError(f"{OPENCOMPASS_CONFIG} names {parts}; this task implements {EXPECTED_PARTS}")
+    return {
+        "name": "opencompass/gsm8k_gen_1d7fe4",
+        "source": config["__source__"],
+        "rounds": infer["prompt_template"]["template"]["round"],
+        "input_columns": reader["input_columns"],
+        "output_column": reader["output_column"],
+        "max_out_len": infer["inferencer"]["max_out_len"],
+        # Applied to every model by the reference (models.yaml: use_cot_postprocessor, enable_thinking).
+        "model_postprocessor": "extract-non-reasoning-content",
+        **parts,
+    }
+
+
+def max_new_tokens(settings: dict) -> int:
+    """The generation length: the protocol's, unless the sweep shortens it (CPU smoke runs)."""
+    return settings.get("max_new_tokens") or opencompass_protocol()["max_out_len"]
 
 
 def _offline_rows(seed: int, size: int, prefix: str, exclude: set[str]) -> list[dict]:
@@ -105,23 +161,32 @@ class GSM8K(Task):
 
     def describe(self, settings: dict) -> str:
         size = settings.get("eval_size")
-        eval_desc = f"{size} problems" if size else "problems (the GSM8K test split)"
-        return DESCRIPTION.format(eval_desc=eval_desc, max_new_tokens=settings.get("max_new_tokens", 256))
+        eval_desc = f"{size} problems" if size else "problems (the GSM8K test split, 1,319)"
+        protocol = opencompass_protocol()
+        return DESCRIPTION.format(
+            eval_desc=eval_desc,
+            max_new_tokens=max_new_tokens(settings),
+            oc_version=protocol["source"]["version"],
+            shots=sum(turn["role"] == "BOT" for turn in protocol["rounds"]),
+        )
+
+    def exposed_files(self, settings: dict) -> dict[str, Path | bytes]:
+        protocol = {**opencompass_protocol(), "max_new_tokens": max_new_tokens(settings)}
+        return {"task.py": PUBLIC, "task_protocol.json": json.dumps(protocol, indent=2).encode() + b"\n"}
 
     def evaluate(self, model_dir: Path, eval_dir: Path, backend, settings: dict) -> EvalResult:
-        public = self.public_module()
+        public, protocol = self.public_module(), opencompass_protocol()
         rows = list(read_jsonl(Path(eval_dir) / EVAL_FILE))
-        completions = backend.generate_chat(
-            [public.format_prompt(r) for r in rows], settings.get("max_new_tokens", 256)
-        )
+        completions = backend.generate_chat([public.format_prompt(r, protocol) for r in rows], max_new_tokens(settings))
         items = []
         for row, completion in zip(rows, completions, strict=True):  # a short backend must not shrink n
+            predicted, reference = public.extract_answer(completion), public.reference_answer(row)
             items.append(
                 {
                     "id": row["id"],
-                    "predicted": public.extract_answer(completion),
-                    "reference": public.reference_answer(row),
-                    "correct": public.is_correct(completion, row),
+                    "predicted": predicted,
+                    "reference": reference,
+                    "correct": public.answers_match(predicted, reference),
                     "completion": completion,
                 }
             )
