@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
-from rlbench.config import ConfigError, Registries, task_settings, validate_config
+from rlbench.config import ConfigError, Registries, sweep_runs, task_settings, validate_config
 
 try:
     REGISTRIES = Registries.load(Path(workflow.basedir) / "config")
@@ -65,21 +65,9 @@ def get_level(wildcards):
     return REGISTRIES.tasks[wildcards.task]["level"]
 
 
-def sweep_runs():
-    """Every (task, model, agent, seed) of the sweep."""
-    sweep = config["sweep"]
-    return [
-        dict(task=t, model=m, agent=a, seed=s)
-        for t in sweep["tasks"]
-        for m in sweep["models"]
-        for a in sweep["agents"]
-        for s in sweep["seeds"]
-    ]
-
-
 def get_run_files(name):
     """One file per run of the sweep, e.g. every summary.json."""
-    return [run_path(name).format(**run) for run in sweep_runs()]
+    return [run_path(name).format(**run) for run in sweep_runs(config)]
 
 
 def get_final_output():

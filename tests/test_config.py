@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from rlbench.config import CONFIG_DIR, ConfigError, Registries, task_settings, validate_config
+from rlbench.config import CONFIG_DIR, ConfigError, Registries, sweep_runs, task_settings, validate_config
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +22,29 @@ def default_config() -> dict:
 
 def test_default_config_is_valid_and_gets_defaults(registries, default_config):
     config = validate_config(default_config, registries)
-    assert config["sweep"]["agents"] == ["copy", "sft", "grpo"]
+    runs = sweep_runs(config)
+    assert {(r["task"], r["agent"]) for r in runs if r["model"] == "tiny"} == {
+        ("gsm8k", "copy"), ("gsm8k", "sft"), ("gsm8k", "grpo")
+    }
     assert config["evaluation"]["backend"] == "auto"
+
+
+GRID = {"tasks": ["gsm8k"], "models": ["tiny"], "agents": ["copy", "sft"], "seeds": [0]}
+
+
+def test_a_sweep_can_be_a_list_of_grids_and_shared_runs_run_once(registries, default_config):
+    default_config["sweep"] = [GRID, {**GRID, "agents": ["sft", "grpo"], "seeds": [0, 1]}]
+    runs = sweep_runs(validate_config(default_config, registries))
+    assert [(r["agent"], r["seed"]) for r in runs] == [("copy", 0), ("sft", 0), ("sft", 1), ("grpo", 0), ("grpo", 1)]
+
+
+def test_a_mistake_in_the_second_grid_names_that_grid(registries, default_config):
+    default_config["sweep"] = [GRID, {**GRID, "models": ["tinny"]}]
+    with pytest.raises(ConfigError, match=r"'sweep\[1\]\.models\[0\]' is 'tinny'.*allowed values"):
+        validate_config(default_config, registries)
+    default_config["sweep"] = {**GRID, "agent": ["copy"]}
+    with pytest.raises(ConfigError, match="unknown key 'agent' under 'sweep'; allowed keys: agents"):
+        validate_config(default_config, registries)
 
 
 def test_unknown_key_names_the_key_and_the_allowed_keys(registries, default_config):
@@ -42,7 +63,7 @@ def test_wrong_enum_value_lists_allowed_values(registries, default_config):
 @pytest.mark.parametrize("kind,name", [("tasks", "gsm9k"), ("models", "gpt-5"), ("agents", "claud")])
 def test_unknown_registry_name_is_refused(registries, default_config, kind, name):
     config = copy.deepcopy(default_config)
-    config["sweep"][kind] = [name]
+    config["sweep"] = {**GRID, kind: [name]}
     with pytest.raises(ConfigError, match=rf"sweep.{kind}\[0\].*{name}.*allowed values"):
         validate_config(config, registries)
 

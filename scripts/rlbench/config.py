@@ -43,6 +43,10 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        # Explain the alternative the value was meant as, not that it fits neither.
+        meant = [e for e in error.context if e.validator != "type"] or error.context
+        return _describe(min(meant, key=lambda e: len(list(e.absolute_path))))
     key = _key_path(error)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
@@ -109,14 +113,17 @@ def validate_config(config: dict, registries: Registries) -> dict:
     config = copy.deepcopy(config)
     _fill_defaults(config, schema)
     problems = []
-    for kind in REGISTRY_KINDS:
-        known = getattr(registries, kind)
-        for index, name in enumerate(config["sweep"][kind]):
-            if name not in known:
-                problems.append(
-                    f"'sweep.{kind}[{index}]' is {name!r}, which is not in config/{kind}/; "
-                    f"allowed values: {', '.join(sorted(known)) or '(none registered)'}"
-                )
+    grids = sweep_grids(config)
+    for number, grid in enumerate(grids):
+        where = "sweep" if isinstance(config["sweep"], dict) else f"sweep[{number}]"
+        for kind in REGISTRY_KINDS:
+            known = getattr(registries, kind)
+            for index, name in enumerate(grid[kind]):
+                if name not in known:
+                    problems.append(
+                        f"'{where}.{kind}[{index}]' is {name!r}, which is not in config/{kind}/; "
+                        f"allowed values: {', '.join(sorted(known)) or '(none registered)'}"
+                    )
     for name in config.get("tasks", {}):
         if name not in registries.tasks:
             problems.append(
@@ -125,6 +132,24 @@ def validate_config(config: dict, registries: Registries) -> dict:
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return config
+
+
+def sweep_grids(config: dict) -> list[dict]:
+    """The sweep as a list of grids (a single grid is a list of one)."""
+    sweep = config["sweep"]
+    return [sweep] if isinstance(sweep, dict) else list(sweep)
+
+
+def sweep_runs(config: dict) -> list[dict]:
+    """Every (task, model, agent, seed) of the sweep, in grid order, each once."""
+    runs: dict[tuple, dict] = {}
+    for grid in sweep_grids(config):
+        for task in grid["tasks"]:
+            for model in grid["models"]:
+                for agent in grid["agents"]:
+                    for seed in grid["seeds"]:
+                        runs.setdefault((task, model, agent, seed), dict(task=task, model=model, agent=agent, seed=seed))
+    return list(runs.values())
 
 
 def task_settings(config: dict, registries: Registries, task: str) -> dict:
