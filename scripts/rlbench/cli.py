@@ -1,0 +1,122 @@
+"""The `rlbench` command: run the workflow, see where runs stand, print the leaderboard.
+
+    rlbench run [--config FILE] [--cores N] [-- SNAKEMAKE ARGS...]
+    rlbench status [--results DIR]
+    rlbench report [--results DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _repo() -> Path:
+    if not (REPO_ROOT / "Snakefile").is_file():
+        sys.exit(f"rlbench run needs the repository checkout with its Snakefile; none at {REPO_ROOT}")
+    return REPO_ROOT
+
+
+def run(args: argparse.Namespace) -> int:
+    root = _repo()
+    command = [sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/local", "--cores", str(args.cores)]
+    if args.config:
+        config = Path(args.config).resolve()
+        if not config.is_file():
+            sys.exit(f"config file not found: {args.config}")
+        command += ["--configfile", str(config)]
+    command += args.snakemake
+    print("+ " + " ".join(command), file=sys.stderr)
+    return subprocess.call(command, cwd=root)
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_rows(results: Path) -> list[dict]:
+    """One row per run directory under results/runs: where it stands and what it scored."""
+    rows = []
+    for run_dir in sorted((results / "runs").glob("*/*/*/*")):
+        if not run_dir.is_dir():
+            continue
+        task, model, agent, seed = run_dir.relative_to(results / "runs").parts
+        record, final = _read(run_dir / "run.json"), _read(run_dir / "final.json")
+        if record is None:
+            state = "started" if (run_dir / "attempt.json").exists() else "prepared"
+        else:
+            state = record.get("status", "?")
+        rows.append(
+            {
+                "task": task,
+                "model": model,
+                "agent": agent,
+                "seed": seed,
+                "status": state,
+                "submissions": "" if record is None else record.get("submissions", ""),
+                "baseline": "" if final is None else final.get("baseline_score", ""),
+                "best": "" if final is None else final.get("score", ""),
+                "delta": "" if final is None else final.get("delta", ""),
+                "summarized": "yes" if (run_dir / "summary.json").exists() else "no",
+            }
+        )
+    return rows
+
+
+def _print_table(rows: list[dict]) -> None:
+    if not rows:
+        return
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(str(row[c]).ljust(widths[c]) for c in columns))
+
+
+def status(args: argparse.Namespace) -> int:
+    rows = run_rows(Path(args.results))
+    if not rows:
+        print(f"no runs under {args.results}/runs yet: start them with `rlbench run`")
+        return 1
+    _print_table(rows)
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    path = Path(args.results) / "report" / "leaderboard.csv"
+    if not path.is_file():
+        print(f"{path} does not exist yet: `rlbench run` writes it when the sweep finishes")
+        return 1
+    with open(path, newline="") as handle:
+        _print_table(list(csv.DictReader(handle)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlbench", description="Agent² RL-Bench: run the benchmark workflow.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run (or continue) a sweep with Snakemake")
+    run_parser.add_argument("--config", help="a sweep config file (default: config/config.yaml)")
+    run_parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    run_parser.add_argument("snakemake", nargs=argparse.REMAINDER, help="extra Snakemake arguments, after --")
+    for name, helptext in (("status", "where every run stands"), ("report", "print the leaderboard")):
+        sub = commands.add_parser(name, help=helptext)
+        sub.add_argument("--results", default="results", help="the results directory (default: results)")
+    args = parser.parse_args(argv)
+    if args.command == "run" and args.snakemake[:1] == ["--"]:
+        args.snakemake = args.snakemake[1:]
+    return {"run": run, "status": status, "report": report}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The `rlbench` command: status and report read recorded runs; run drives Snakemake."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbench import cli
+
+
+def write(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_status_shows_each_run_as_it_stands(tmp_path, capsys):
+    runs = tmp_path / "runs" / "gsm8k" / "tiny"
+    write(runs / "copy" / "0" / "run.json", {"status": "completed", "submissions": 1})
+    write(runs / "copy" / "0" / "final.json", {"baseline_score": 3.0, "score": 3.0, "delta": 0.0})
+    (runs / "copy" / "0" / "summary.json").write_text("{}")
+    write(runs / "sft" / "0" / "attempt.json", {"attempt": 1})
+    assert cli.main(["status", "--results", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["task", "model", "agent", "seed", "status", "submissions", "baseline", "best",
+                                "delta", "summarized"]
+    assert lines[1].split() == ["gsm8k", "tiny", "copy", "0", "completed", "1", "3.0", "3.0", "0.0", "yes"]
+    assert lines[2].split() == ["gsm8k", "tiny", "sft", "0", "started", "no"]
+
+
+def test_report_prints_the_leaderboard_or_says_how_to_make_it(tmp_path, capsys):
+    assert cli.main(["report", "--results", str(tmp_path)]) == 1
+    assert "rlbench run" in capsys.readouterr().out
+    board = tmp_path / "report" / "leaderboard.csv"
+    board.parent.mkdir(parents=True)
+    board.write_text("task,agent,delta\ngsm8k,copy,0.0\n")
+    assert cli.main(["report", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["gsm8k", "copy", "0.0"]
+
+
+def test_run_refuses_a_missing_config_file(tmp_path):
+    with pytest.raises(SystemExit, match="config file not found"):
+        cli.main(["run", "--config", str(tmp_path / "nope.yaml")])
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).with_name("rlbench")
+    assert script.exists() or shutil.which("rlbench"), "pip install -e . installs the rlbench command"
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "run" in out.stdout and "status" in out.stdout and "report" in out.stdout
+
+
+def test_run_drives_snakemake_with_the_given_config(tmp_path, capfd):
+    config = tmp_path / "sweep.yaml"
+    config.write_text(
+        "sweep: {tasks: [gsm8k], models: [tiny], agents: [copy], seeds: [0, 7]}\nbudget: {time_limit_s: 30}\n"
+    )
+    assert cli.main(["run", "--config", str(config), "--cores", "1", "--", "-n", "--directory", str(tmp_path)]) == 0
+    out = capfd.readouterr()
+    assert "runs/gsm8k/tiny/copy/7/run.json" in out.out + out.err
