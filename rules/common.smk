@@ -6,7 +6,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
-from rlbench.config import ConfigError, Registries, sweep_runs, task_settings, validate_config
+from rlbench.config import (
+    ConfigError,
+    Registries,
+    sweep_runs,
+    task_settings,
+    validate_config,
+)
 
 try:
     REGISTRIES = Registries.load(Path(workflow.basedir) / "config")

@@ -5,7 +5,7 @@ model learns exactly the prompt format the grader uses. Every SFT_STEPS_PER_ROUN
 output/v{k} and submits it, for up to SFT_ROUNDS rounds while /time leaves room for another.
 
 Env: SFT_ROUNDS (2), SFT_STEPS_PER_ROUND (20), SFT_LR (5e-4), SFT_BATCH_SIZE (8),
-SFT_MAX_LENGTH (384), SFT_MAX_TRAIN_ROWS (all), AGENT_SEED (0).
+SFT_MAX_LENGTH (none: the grader's prompts are trained whole), SFT_MAX_TRAIN_ROWS (all), AGENT_SEED (0).
 """
 
 import sys
@@ -41,7 +41,8 @@ config = SFTConfig(
     learning_rate=env_float("SFT_LR", 5e-4),
     lr_scheduler_type="constant_with_warmup",
     warmup_steps=min(5, STEPS),
-    max_length=env_int("SFT_MAX_LENGTH", 384),
+    # No truncation by default: a cut few-shot prompt loses its completion and the row is dropped.
+    max_length=env_int("SFT_MAX_LENGTH", None),
     logging_steps=5,
     save_strategy="no",
     report_to="none",

@@ -85,6 +85,9 @@ class ModelPrepareError(Exception):
 # --------------------------------------------------------------------------------------------
 
 
+# Room for the few-shot GSM8K prompt (about 2.2k tokens of the byte-level tokenizer).
+TINY_MAX_POSITIONS = 4096
+
 def load_spec(path: Path) -> dict:
     """Read one registry YAML file and return the validated entry.
 
@@ -275,7 +278,7 @@ def _build_tiny(spec: dict, out: Path) -> dict:
         pad_token="<|endoftext|>",
         bos_token=None,
         unk_token=None,
-        model_max_length=2048,
+        model_max_length=TINY_MAX_POSITIONS,
         padding_side="right",
         chat_template=TINY_CHAT_TEMPLATE_PATH.read_text(),
     )
@@ -288,7 +291,7 @@ def _build_tiny(spec: dict, out: Path) -> dict:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=4096,  # room for the few-shot GSM8K prompt (~2.2k byte-level tokens)
+        max_position_embeddings=TINY_MAX_POSITIONS,
         tie_word_embeddings=True,
         use_sliding_window=False,
         bos_token_id=pad_id,
