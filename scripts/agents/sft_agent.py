@@ -4,7 +4,7 @@ The data are conversational prompt/completion pairs built by the workspace's tas
 model learns exactly the prompt format the grader uses. Every SFT_STEPS_PER_ROUND steps it saves
 output/v{k} and submits it, for up to SFT_ROUNDS rounds while /time leaves room for another.
 
-Env: SFT_ROUNDS (2), SFT_STEPS_PER_ROUND (20), SFT_LR (5e-4), SFT_BATCH_SIZE (8),
+Env: SFT_ROUNDS (2), SFT_STEPS_PER_ROUND (10), SFT_LR (5e-5), SFT_BATCH_SIZE (8),
 SFT_MAX_LENGTH (none: the grader's prompts are trained whole), SFT_MAX_TRAIN_ROWS (all), AGENT_SEED (0).
 """
 
@@ -21,7 +21,7 @@ from datasets import Dataset  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 ROUNDS = env_int("SFT_ROUNDS", 2)
-STEPS = env_int("SFT_STEPS_PER_ROUND", 20)
+STEPS = env_int("SFT_STEPS_PER_ROUND", 10)
 
 task = load_task()
 rows = load_rows(env_int("SFT_MAX_TRAIN_ROWS", None))
@@ -38,7 +38,7 @@ config = SFTConfig(
     output_dir=trainer_dir("sft"),
     max_steps=ROUNDS * STEPS,
     per_device_train_batch_size=env_int("SFT_BATCH_SIZE", 8),
-    learning_rate=env_float("SFT_LR", 5e-4),
+    learning_rate=env_float("SFT_LR", 5e-5),
     lr_scheduler_type="constant_with_warmup",
     warmup_steps=min(5, STEPS),
     # No truncation by default: a cut few-shot prompt loses its completion and the row is dropped.
