@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 
 from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
-from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task
+from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task, score_exact_match
 
 PUBLIC = Path(__file__).with_name("addition_control_public.py")
 LOW, HIGH = 10, 99  # two-digit operands, inclusive
@@ -110,20 +110,7 @@ class AdditionControl(Task):
         public = self.public_module()
         rows = list(read_jsonl(Path(eval_dir) / EVAL_FILE))
         completions = backend.generate_chat([public.format_prompt(r) for r in rows], settings.get("max_new_tokens", 8))
-        items = []
-        for row, completion in zip(rows, completions, strict=True):  # a short backend must not shrink n
-            items.append(
-                {
-                    "id": row["id"],
-                    "predicted": public.extract_answer(completion),
-                    "reference": public.reference_answer(row),
-                    "correct": public.is_correct(completion, row),
-                    "completion": completion,
-                }
-            )
-        correct = sum(item["correct"] for item in items)
-        score = 100.0 * correct / len(items) if items else 0.0
-        return EvalResult(score=round(score, 4), n=len(items), correct=correct, items=items)
+        return score_exact_match(rows, completions, public)
 
 
 TASK_CLASS = AdditionControl

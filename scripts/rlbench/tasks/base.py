@@ -28,6 +28,25 @@ class EvalResult:
         return data
 
 
+def score_exact_match(rows: list[dict], completions: list[str], public: ModuleType) -> EvalResult:
+    """Accuracy (0-100) of one completion per row, judged by a task's public module
+    (extract_answer, reference_answer, is_correct): the rule-verified tasks' metric."""
+    items = []
+    for row, completion in zip(rows, completions, strict=True):  # a short backend must not shrink n
+        items.append(
+            {
+                "id": row["id"],
+                "predicted": public.extract_answer(completion),
+                "reference": public.reference_answer(row),
+                "correct": public.is_correct(completion, row),
+                "completion": completion,
+            }
+        )
+    correct = sum(item["correct"] for item in items)
+    score = 100.0 * correct / len(items) if items else 0.0
+    return EvalResult(score=round(score, 4), n=len(items), correct=correct, items=items)
+
+
 class Task(ABC):
     """One benchmark task. Knows nothing of the grader, the runner or Snakemake."""
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
-from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task
+from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task, score_exact_match
 from rlbench.tasks.opencompass_config import read_dataset_config
 
 PUBLIC = Path(__file__).with_name("gsm8k_public.py")
@@ -178,21 +178,7 @@ class GSM8K(Task):
         public, protocol = self.public_module(), opencompass_protocol()
         rows = list(read_jsonl(Path(eval_dir) / EVAL_FILE))
         completions = backend.generate_chat([public.format_prompt(r, protocol) for r in rows], max_new_tokens(settings))
-        items = []
-        for row, completion in zip(rows, completions, strict=True):  # a short backend must not shrink n
-            predicted, reference = public.extract_answer(completion), public.reference_answer(row)
-            items.append(
-                {
-                    "id": row["id"],
-                    "predicted": predicted,
-                    "reference": reference,
-                    "correct": public.answers_match(predicted, reference),
-                    "completion": completion,
-                }
-            )
-        correct = sum(item["correct"] for item in items)
-        score = 100.0 * correct / len(items) if items else 0.0
-        return EvalResult(score=round(score, 4), n=len(items), correct=correct, items=items)
+        return score_exact_match(rows, completions, public)
 
 
 TASK_CLASS = GSM8K
