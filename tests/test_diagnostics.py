@@ -197,7 +197,7 @@ def test_run_meta_from_the_workspace_with_run_json_fallbacks(tmp_path):
     assert d.load_run_meta(tmp_path, run, submissions) == META
 
 
-def test_finish_time_is_the_iso_timestamp_unless_written_in_another_time_zone():
+def test_finish_time_is_the_instant_the_iso_timestamp_names_whatever_the_time_zone():
     e = entry(1, 100.25, 50.0)
     assert d.finished_at(e) == pytest.approx(START + 100.25)
     shifted = {**e, "timestamp": iso_timestamp(START + 100.25 + 7200)}  # written under another TZ

@@ -157,22 +157,20 @@ def entry_score(entry: dict) -> float:
 
 
 def finished_at(entry: dict) -> float | None:
-    """Unix time when the entry's evaluation finished: its ISO `timestamp`, as the reference reads it.
+    """Unix time when the entry's evaluation finished: the instant its ISO `timestamp` names.
 
-    The ISO string is local time without an offset; when it disagrees with `responded_at` (the
-    same instant as unix seconds) by more than a minute, it was written in another time zone and
-    `responded_at` is used. Ledgers from before ISO timestamps carry only `responded_at`."""
+    `responded_at` is that instant as unix seconds, exact and free of the ISO string's missing
+    time zone; ledgers without it fall back to parsing the ISO `timestamp`."""
     responded = entry.get("responded_at")
-    responded = float(responded) if isinstance(responded, (int, float)) else None
+    if isinstance(responded, (int, float)):
+        return float(responded)
     stamp = entry.get("timestamp")
     if isinstance(stamp, str):
         try:
-            parsed = datetime.fromisoformat(stamp).timestamp()
+            return datetime.fromisoformat(stamp).timestamp()
         except ValueError:
-            parsed = None
-        if parsed is not None and (responded is None or abs(parsed - responded) <= 60):
-            return parsed
-    return responded
+            return None
+    return None
 
 
 def _iso(entry: dict) -> str | None:

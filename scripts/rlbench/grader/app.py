@@ -148,13 +148,14 @@ class Grader:
     def _write_agent_files(self) -> None:
         write_json(self.config.workspace / "run_meta.json", self.run_meta())
         recorded = [e for e in self.entries if not e.get("pending")]
-        write_json(self.config.workspace / "scores.json", reference_view(recorded))
+        view = reference_view(recorded)
+        write_json(self.config.workspace / "scores.json", view)
         write_json(
             self.config.workspace / "submissions.json",
             {
                 "baseline_score": self.config.baseline_score,
                 "best": self._public(self.best) if self.best else None,
-                "total_submissions": len(reference_view(recorded)),
+                "total_submissions": len(view),
                 "requests": len(recorded),
                 "submissions": [self._public(e, "best", "total_submissions") for e in recorded],
             },
