@@ -2,24 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temp file + fsync + rename), so readers never see a partial file."""
+    """Write JSON atomically (temp file + fsync + rename), so readers never see a partial file.
+
+    The grader writes into agent-writable workspaces: the temporary file gets a fresh random name
+    and is created exclusively (mkstemp: O_CREAT|O_EXCL), so a symlink the agent planted under a
+    predictable name can never redirect the write outside, and the rename replaces a symlink at
+    `path` itself rather than the file it points to.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; records are meant to be read
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_json(path: Path) -> Any:
