@@ -1,0 +1,47 @@
+"""Processes that must not outlive the process that started them.
+
+A runner killed with -9 cannot stop what it started; these make the kernel (or a watchdog
+thread) do it: an evaluation child dies with its grader, a runner notices when the Snakemake
+that started it is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+from typing import Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(expected_parent: int, sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send `sig` to this process when its parent exits (Linux prctl).
+
+    Call it first thing in the child, with the parent's pid as the parent knew it: when the
+    parent died before the call, the child exits at once. Returns False where prctl is missing.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        armed = False
+    if os.getppid() != expected_parent:
+        os._exit(128 + int(sig))
+    return armed
+
+
+def watch_parent(on_orphaned: Callable[[], None], interval_s: float = 0.5) -> threading.Thread:
+    """Call on_orphaned() once, from a daemon thread, when this process's parent changes (it died)."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        on_orphaned()
+
+    thread = threading.Thread(target=loop, name="parent-watchdog", daemon=True)
+    thread.start()
+    return thread
