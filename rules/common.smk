@@ -13,6 +13,7 @@ from rlbench.config import (
     task_settings,
     validate_config,
 )
+from rlbench.tasks.base import ensure_salt
 
 try:
     REGISTRIES = Registries.load(Path(workflow.basedir) / "config")
@@ -23,6 +24,8 @@ config.update(VALIDATED)
 
 RESULTS = "results"
 RUN_DIR = "results/runs/{task}/{model}/{agent}/{seed}"
+# The installation's secret: generated held-out splits are drawn with it (rule eval_salt).
+EVAL_SALT = "results/secrets/eval_salt"
 
 
 def _alternatives(names):
@@ -50,6 +53,15 @@ def get_task_settings(wildcards, keys=None):
     """The task's registry entry with the sweep's overrides (only `keys`, when given)."""
     settings = task_settings(config, REGISTRIES, wildcards.task)
     return settings if keys is None else {k: settings[k] for k in keys if k in settings}
+
+
+def get_eval_data_input(wildcards):
+    """The training split, and the salt when the held-out split is generated: a hub test split is
+    public, so it neither needs the salt nor reruns when the salt is created."""
+    inputs = {"train": f"results/data/{wildcards.task}/train/train.jsonl"}
+    if get_task_settings(wildcards).get("source") != "hub":
+        inputs["salt"] = EVAL_SALT
+    return inputs
 
 
 def get_agent_runtime_minutes(wildcards):

@@ -12,9 +12,27 @@ rule prepare_data:
         "../scripts/prepare_data.py"
 
 
+localrules:
+    eval_salt,
+
+
+# One random salt per installation, drawn once. It is what keeps a generated held-out split
+# underivable from the code, the config and the training split, all of which agents can know.
+# update(): Snakemake keeps the file when the rule reruns (--forceall, --forcerun, an edit of this
+# rule), and ensure_salt keeps an existing salt, so only deleting the file draws a new one. It
+# reaches prepare_eval_data as an input file, never as a param: params are stored in .snakemake/.
+rule eval_salt:
+    output:
+        salt=update(EVAL_SALT),
+    log:
+        "results/logs/eval_salt.log",
+    run:
+        ensure_salt(Path(output.salt))
+
+
 rule prepare_eval_data:
     input:
-        train="results/data/{task}/train/train.jsonl",
+        unpack(get_eval_data_input),
     output:
         eval="results/data/{task}/eval/eval.jsonl",
         manifest="results/data/{task}/eval/manifest.json",

@@ -7,10 +7,13 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.jsonio import write_json
 from rlbench.tasks import get_task
+from rlbench.tasks.base import read_salt
 
 settings = snakemake.params.task
+# The salt is an input file, never a param: params are stored in .snakemake/metadata. Hub sources have none.
+salt = read_salt(Path(snakemake.input.salt)) if snakemake.input.get("salt") else None
 manifest = get_task(settings).prepare_eval(
-    settings, Path(snakemake.input.train).parent, Path(snakemake.output.eval).parent
+    settings, Path(snakemake.input.train).parent, Path(snakemake.output.eval).parent, salt=salt
 )
 print(f"prepared the {settings['name']} held-out split: {manifest}", file=sys.stderr)
 write_json(Path(snakemake.output.manifest), manifest)

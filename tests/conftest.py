@@ -32,6 +32,8 @@ GSM8K_SETTINGS = {
     "max_new_tokens": 8,
 }
 EVALUATION = {"backend": "hf", "batch_size": 8, "eval_timeout_s": 300}
+# A fixed salt, so that the test splits are the same on every machine (installations draw a random one).
+TEST_SALT = "rlbench-test-salt"
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +46,7 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def gsm8k_data(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("data")
-    GSM8K().prepare(GSM8K_SETTINGS, root / "train", root / "eval")
+    GSM8K().prepare(GSM8K_SETTINGS, root / "train", root / "eval", salt=TEST_SALT)
     return root / "train", root / "eval"
 
 

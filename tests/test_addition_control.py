@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, TEST_SALT
 from rlbench.config import Registries
 from rlbench.generation import GenerationBackend
 from rlbench.jsonio import read_jsonl
@@ -33,7 +33,7 @@ def _pair(row):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("addition")
-    manifest = AdditionControl().prepare(SETTINGS, root / "train", root / "eval")
+    manifest = AdditionControl().prepare(SETTINGS, root / "train", root / "eval", salt=TEST_SALT)
     return root / "train", root / "eval", manifest
 
 
@@ -56,20 +56,22 @@ def test_splits_are_disjoint_by_operand_pair_and_well_formed(data):
     assert any(r["a"] > r["b"] for r in train) and any(r["a"] < r["b"] for r in train)  # both orders occur
 
 
-def test_splits_are_seeded_and_independent_of_each_other_size(tmp_path, data):
+def test_splits_are_seeded_and_grow_without_reordering(tmp_path, data):
     task = AdditionControl()
-    task.prepare({**SETTINGS, "train_size": 50, "eval_size": 30}, tmp_path / "a" / "train", tmp_path / "a" / "eval")
+    task.prepare_train({**SETTINGS, "train_size": 50}, tmp_path / "a")
     first_train = list(read_jsonl(data[0] / "train.jsonl"))
-    assert list(read_jsonl(tmp_path / "a" / "train" / "train.jsonl")) == first_train[:50]
-    assert list(read_jsonl(tmp_path / "a" / "eval" / "eval.jsonl"))[:20] == list(read_jsonl(data[1] / "eval.jsonl"))
-    task.prepare({**SETTINGS, "data_seed": 1}, tmp_path / "b" / "train", tmp_path / "b" / "eval")
+    assert list(read_jsonl(tmp_path / "a" / "train.jsonl")) == first_train[:50]
+    task.prepare_eval({**SETTINGS, "eval_size": 30}, data[0], tmp_path / "c", salt=TEST_SALT)
+    assert list(read_jsonl(tmp_path / "c" / "eval.jsonl"))[:20] == list(read_jsonl(data[1] / "eval.jsonl"))
+    task.prepare({**SETTINGS, "data_seed": 1}, tmp_path / "b" / "train", tmp_path / "b" / "eval", salt=TEST_SALT)
     assert list(read_jsonl(tmp_path / "b" / "train" / "train.jsonl")) != first_train
 
 
 def test_too_large_splits_and_a_hub_source_are_refused(tmp_path):
     task = AdditionControl()
     with pytest.raises(RuntimeError, match="train_size \\+ eval_size"):
-        task.prepare({**SETTINGS, "train_size": N_PAIRS - 5, "eval_size": 10}, tmp_path / "t", tmp_path / "e")
+        task.prepare({**SETTINGS, "train_size": N_PAIRS - 5, "eval_size": 10}, tmp_path / "t", tmp_path / "e",
+                     salt=TEST_SALT)
     with pytest.raises(ValueError, match="only an offline source"):
         task.prepare_train({**SETTINGS, "source": "hub"}, tmp_path / "t2")
 
@@ -130,7 +132,7 @@ def test_tiny_model_evaluates_through_the_hf_backend(tmp_path, tiny_model):
     from rlbench.evaluation import evaluate_model
 
     settings = {**SETTINGS, "train_size": 4, "eval_size": 3}
-    AdditionControl().prepare(settings, tmp_path / "train", tmp_path / "eval")
+    AdditionControl().prepare(settings, tmp_path / "train", tmp_path / "eval", salt=TEST_SALT)
     result = evaluate_model(settings, tiny_model, tmp_path / "eval", {"backend": "hf", "batch_size": 2})
     assert result["backend"] == "hf" and result["n"] == 3 and len(result["items"]) == 3
     assert all(item["reference"] is not None for item in result["items"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import GSM8K_SETTINGS
+from conftest import GSM8K_SETTINGS, TEST_SALT
 from rlbench.generation import GenerationBackend
 from rlbench.jsonio import read_jsonl
 from rlbench.tasks.gsm8k import GSM8K, opencompass_protocol
@@ -45,7 +45,7 @@ def test_offline_splits_are_disjoint_and_well_formed(gsm8k_data):
 
 
 def test_offline_twin_is_reproducible(tmp_path, gsm8k_data):
-    GSM8K().prepare(GSM8K_SETTINGS, tmp_path / "train", tmp_path / "eval")
+    GSM8K().prepare(GSM8K_SETTINGS, tmp_path / "train", tmp_path / "eval", salt=TEST_SALT)
     assert (tmp_path / "eval" / "eval.jsonl").read_bytes() == (gsm8k_data[1] / "eval.jsonl").read_bytes()
 
 

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from rlbench.generation import HFBackend  # noqa: E402
 from rlbench.models import prepare_model  # noqa: E402
+from rlbench.tasks.base import new_salt  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
 from rlbench.tasks import gsm8k_public  # noqa: E402
 from rlbench.jsonio import read_jsonl  # noqa: E402
@@ -31,7 +32,7 @@ def main() -> None:
         root = Path(tmp)
         prepare_model({"name": "tiny", "source": "tiny", "hf_id": "rlbench/tiny-qwen2", "seed": 0}, root / "model")
         settings = {"source": "offline", "train_size": 1, "eval_size": args.prompts, "data_seed": 0}
-        GSM8K().prepare(settings, root / "train", root / "eval")
+        GSM8K().prepare(settings, root / "train", root / "eval", salt=new_salt())
         prompts = [gsm8k_public.format_prompt(r) for r in read_jsonl(root / "eval" / "eval.jsonl")]
         timings = {}
         for batch_size in (1, args.prompts):

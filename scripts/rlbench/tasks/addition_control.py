@@ -6,9 +6,12 @@ from a minute or two of supervised fine-tuning on a CPU, so a reference agent mu
 positive improvement here: if it does not, the harness, not the agent, is broken.
 
 Splits are disjoint by operand pair: the 4,095 unordered pairs {a, b} with 10 <= a <= b <= 99 are
-shuffled with `data_seed`; the training split takes pairs from the front, the held-out split from
-the back, so neither depends on the other's size, and 47 + 38 in one split means neither 47 + 38
-nor 38 + 47 appears in the other.
+shuffled with `data_seed` and the training split takes pairs from the front (so it does not depend
+on eval_size). The held-out split is drawn from the pairs the training split does not hold, shuffled
+with an RNG seeded from the installation's secret salt: `data_seed`, the sizes and this code are
+all public, so an unsalted draw (such as the back of the same pool) could be rebuilt by an agent.
+47 + 38 in one split means neither 47 + 38 nor 38 + 47 appears in the other; a larger eval_size
+extends the held-out split without reordering it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,16 @@ import random
 from pathlib import Path
 
 from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
-from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task, score_exact_match
+from rlbench.tasks.base import (
+    EVAL_FILE,
+    TRAIN_FILE,
+    EvalResult,
+    Task,
+    require_salt,
+    salt_fingerprint,
+    salted_seed,
+    score_exact_match,
+)
 
 PUBLIC = Path(__file__).with_name("addition_control_public.py")
 LOW, HIGH = 10, 99  # two-digit operands, inclusive
@@ -84,21 +96,28 @@ class AdditionControl(Task):
         write_jsonl(path, train)
         return {"source": source, "train_rows": len(train), "train_sha256": sha256_file(path)}
 
-    def prepare_eval(self, settings: dict, train_dir: Path, eval_dir: Path) -> dict:
+    def prepare_eval(self, settings: dict, train_dir: Path, eval_dir: Path, *, salt: str | None = None) -> dict:
         source = _check_source(settings)
-        pool = _pool(settings.get("data_seed", 0))
-        size = settings.get("eval_size") or DEFAULT_EVAL_SIZE
-        held_out = [_row("eval", i, a, b) for i, (a, b) in enumerate(reversed(pool[-size:]))]
+        data_seed = settings.get("data_seed", 0)
+        rng = random.Random(salted_seed(require_salt(salt, self.name), self.name, data_seed))
         train_pairs = {_pair_key(row) for row in read_jsonl(Path(train_dir) / TRAIN_FILE)}
-        overlap = train_pairs & {_pair_key(row) for row in held_out}
-        if overlap:
+        unseen = [(a, b) for a, b in _pool(data_seed) if (min(a, b), max(a, b)) not in train_pairs]
+        rng.shuffle(unseen)
+        size = settings.get("eval_size") or DEFAULT_EVAL_SIZE
+        if size > len(unseen):
             raise RuntimeError(
-                f"{len(overlap)} held-out operand pairs also appear in the training split: "
-                f"train_size + eval_size must not exceed {len(pool)}"
+                f"eval_size {size} exceeds the {len(unseen)} operand pairs the training split leaves: "
+                f"train_size + eval_size must not exceed {len(train_pairs) + len(unseen)}"
             )
+        held_out = [_row("eval", i, a, b) for i, (a, b) in enumerate(unseen[:size])]
         path = Path(eval_dir) / EVAL_FILE
         write_jsonl(path, held_out)
-        return {"source": source, "eval_rows": len(held_out), "eval_sha256": sha256_file(path)}
+        return {
+            "source": source,
+            "eval_rows": len(held_out),
+            "eval_sha256": sha256_file(path),
+            "salt_sha256": salt_fingerprint(salt),
+        }
 
     def describe(self, settings: dict) -> str:
         return DESCRIPTION.format(

@@ -7,12 +7,19 @@ from functools import lru_cache
 from pathlib import Path
 
 from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
-from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task, score_exact_match
+from rlbench.tasks.base import (
+    EVAL_FILE,
+    TRAIN_FILE,
+    EvalResult,
+    Task,
+    require_salt,
+    salt_fingerprint,
+    salted_seed,
+    score_exact_match,
+)
 from rlbench.tasks.opencompass_config import read_dataset_config
 
 PUBLIC = Path(__file__).with_name("gsm8k_public.py")
-# The offline eval split is drawn from its own seed stream, far from the training seed.
-EVAL_SEED_OFFSET = 1_000_003
 # The dataset config the reference harness evaluates GSM8K with (benchmarks/__init__.py there).
 OPENCOMPASS_CONFIG = "configs/datasets/gsm8k/gsm8k_gen_1d7fe4.py"
 # What our public module implements; a config naming anything else is refused, not approximated.
@@ -144,20 +151,24 @@ class GSM8K(Task):
         write_jsonl(path, train)
         return {"source": source, "train_rows": len(train), "train_sha256": sha256_file(path)}
 
-    def prepare_eval(self, settings: dict, train_dir: Path, eval_dir: Path) -> dict:
+    def prepare_eval(self, settings: dict, train_dir: Path, eval_dir: Path, *, salt: str | None = None) -> dict:
         source = _check_source(settings)
         train_questions = {row["question"] for row in read_jsonl(Path(train_dir) / TRAIN_FILE)}
+        extra: dict = {}
         if source == "hub":
             held_out = _hub_rows(settings, "eval")[: settings.get("eval_size") or None]
         else:
-            seed = settings.get("data_seed", 0) + EVAL_SEED_OFFSET
+            # Seeded from the secret salt: data_seed and the generator are public, so a seed derived
+            # from them alone would let an agent rebuild the held-out split.
+            seed = salted_seed(require_salt(salt, self.name), self.name, settings.get("data_seed", 0))
             held_out = _offline_rows(seed, settings.get("eval_size") or 200, "eval", set(train_questions))
+            extra = {"salt_sha256": salt_fingerprint(salt)}
         overlap = train_questions & {r["question"] for r in held_out}
         if overlap:
             raise RuntimeError(f"{len(overlap)} held-out questions also appear in the training split")
         path = Path(eval_dir) / EVAL_FILE
         write_jsonl(path, held_out)
-        return {"source": source, "eval_rows": len(held_out), "eval_sha256": sha256_file(path)}
+        return {"source": source, "eval_rows": len(held_out), "eval_sha256": sha256_file(path), **extra}
 
     def describe(self, settings: dict) -> str:
         size = settings.get("eval_size")
