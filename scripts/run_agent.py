@@ -1,5 +1,6 @@
 """Rule run_agent: grader up, agent run under its budget; an agent's failure is a result, not an error."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -7,8 +8,14 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.config import current_task_settings
 from rlbench.jsonio import read_json
-from rlbench.runner import RunSpec, run_agent
+from rlbench.runner import RunSpec, run_agent, stop_with_owner
 
+# The runner must not outlive the Snakemake that started it: killed with -9, Snakemake cannot stop its jobs,
+# and an orphaned runner (agent and grader included) would race the attempt a resumed sweep starts. When the
+# Snakemake process is gone the runner gets SIGTERM: the agent is stopped, run.json says interrupted, and the
+# runner exits. Snakemake runs this script as its direct child (bash execs it); see stop_with_owner.
+owner = stop_with_owner()
+print(f"runner {os.getpid()} stops when pid {owner.pid} ({owner.name()}) is gone", file=sys.stderr)
 run_dir = Path(snakemake.output.run).parent
 budget = snakemake.params.budget
 config = snakemake.config
@@ -28,6 +35,9 @@ record = run_agent(
         sandbox_backend=config["sandbox"]["backend"],
         # The whole results tree (held-out split, other runs' ledgers) is hidden from the agent.
         hidden_paths=[Path(snakemake.params.results)],
+        # Snakemake runs jobs in its working directory: its .snakemake/ metadata (eval sizes, data seeds) and
+        # config are hidden like the repository's.
+        masked_paths=[Path.cwd()],
         seed=int(snakemake.wildcards.seed),
         threads=snakemake.threads,
         labels=dict(snakemake.wildcards),
@@ -37,6 +47,10 @@ record = run_agent(
         },
     )
 )
-print(f"run finished: {record.status}, exit code {record.exit_code}, {record.submissions} submissions", file=sys.stderr)
+print(
+    f"run finished: {record.status}, exit code {record.exit_code} (signal {record.exit_signal}), "
+    f"{record.submissions} submissions, {record.stray_processes} stray processes stopped",
+    file=sys.stderr,
+)
 if record.status == "interrupted":
     sys.exit("run_agent was interrupted; the agent's processes were stopped. Rerun to start it again.")

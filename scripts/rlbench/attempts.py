@@ -42,23 +42,60 @@ def marked_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+def wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until every process has exited; returns those still alive after timeout_s.
+
+    A zombie counts as gone: it runs nothing, and where pid 1 does not reap orphans (some containers) it
+    would never disappear. Never waits with waitpid, so a child of this process stays for its Popen to reap
+    (psutil.wait_procs would reap it, and Popen would then read exit code 0 for a killed agent).
+    """
+    end = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for proc in procs:
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() >= end:
+            return alive
+        procs = alive
+        time.sleep(0.05)
+
+
+def kill_marked(marker: str, timeout_s: float = 10, rounds: int = 3) -> int:
+    """SIGKILL every process carrying the run marker, until none is left; returns how many were killed.
+
+    Several rounds: a process may fork between the listing and its kill.
+    """
+    killed: set[int] = set()
+    for _ in range(rounds):
+        victims = [p for p in marked_processes(marker) if p.pid not in killed]
+        if not victims:
+            break
+        for proc in victims:
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        killed.update(p.pid for p in victims)
+        wait_gone(victims, timeout_s)
+    return len(killed)
+
+
 def stop_leftovers(info: dict) -> int:
     """Kill the recorded runner (if it is still the same process) and every process carrying the marker."""
-    victims = []
+    stopped = 0
     try:
         runner = psutil.Process(info["runner_pid"])
         if abs(runner.create_time() - info["runner_create_time"]) < 1 and runner.pid != os.getpid():
-            victims.append(runner)
+            runner.send_signal(signal.SIGKILL)
+            wait_gone([runner], 10)
+            stopped += 1
     except (psutil.NoSuchProcess, KeyError):
         pass
-    victims += marked_processes(info["marker"])
-    for proc in victims:
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(victims, timeout=10)
-    return len(victims)
+    return stopped + kill_marked(info["marker"])
 
 
 def archive_previous_attempt(run_dir: Path) -> Path | None:
