@@ -155,7 +155,8 @@ def masked_paths(extra: Sequence[Path] = (), environ: Mapping[str, str] = os.env
     seeds, `config/`, the tasks' private code that generates held-out splits), `extra`, the host's home and every
     cache location set in the environment (a prepared hub task leaves its test split in the datasets cache)."""
     caches = [environ.get(v, "") for v in HOST_CACHE_VARS]
-    candidates = [str(REPO_ROOT), *map(str, extra), *_host_homes(environ), *caches]
+    # /var/tmp outlives reboots and is shared by every user and run: other runs' leftovers sit there.
+    candidates = [str(REPO_ROOT), *map(str, extra), *_host_homes(environ), *caches, "/var/tmp"]
     return [Path(c) for c in candidates if c and os.path.isabs(c)]
 
 
@@ -192,6 +193,9 @@ def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
         TMPDIR="/tmp",
         PYTHONUNBUFFERED="1",
     )
+    # The run's interpreter first: a bare `python` in an agent's shell gets the packages it was promised
+    # (the host's own PATH may lead to shims under the now hidden home).
+    env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
     env[RUN_MARKER] = marker
     return env
 
