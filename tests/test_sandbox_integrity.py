@@ -134,6 +134,25 @@ def test_repository_is_hidden_but_interpreter_and_agent_code_are_not(workspace, 
     assert read(code / "agent_code.txt") == (REPO_ROOT / "scripts" / "agents" / "copy_agent.py").read_text()
 
 
+@needs_bwrap
+def test_agent_has_no_capabilities_to_undo_the_sandbox(workspace, tiny_model, gsm8k_data):
+    """Run as root, bwrap would leave the agent CAP_SYS_ADMIN (unmount the masks) and CAP_NET_RAW (sniff loopback)."""
+    script = (
+        "grep CapEff /proc/self/status > code/caps.txt; "
+        "unshare -m -- umount -l /tmp > code/unshare.txt 2>&1; echo $? >> code/unshare.txt; "
+        "{python} -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)' > code/raw.txt 2>&1; "
+        "echo $? >> code/raw.txt"
+    )
+    record = run_agent(
+        spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", script], sandbox_backend="bubblewrap")
+    )
+    code = workspace / "code"
+    assert record.sandbox == "bubblewrap" and record.status == "completed", read(workspace / "agent.log")
+    assert int(read(code / "caps.txt").split()[-1], 16) == 0
+    assert read(code / "unshare.txt").split()[-1] != "0", read(code / "unshare.txt")
+    assert "PermissionError" in read(code / "raw.txt") and read(code / "raw.txt").split()[-1] == "1"
+
+
 def test_masks_never_hide_the_system_and_caches_inside_visible_paths_stay_hidden(tmp_path):
     venv = tmp_path / "venv"
     (venv / "hf-cache").mkdir(parents=True)

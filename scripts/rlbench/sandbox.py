@@ -14,7 +14,8 @@ What the agent sees inside the sandbox (built by `plan`, in this order; a later 
 5. the run's workspace, writable, and its read-only parts (training data, base model) on top.
 
 A mask that would hide the system itself (`/`, /usr, /etc, ...) is refused and named in the plan's note.
-The agent's HOME is a private directory in the workspace (set by the runner). The agent runs in its own
+The agent's HOME is a private directory in the workspace (set by the runner). It has no capabilities, even
+when the runner is root, so it cannot undo any of these mounts. The agent runs in its own
 PID namespace as the child of bwrap: when its command ends or bwrap is killed, every process inside dies.
 The network is shared with the host: the grader listens on loopback, an LLM agent calls its API.
 """
@@ -125,7 +126,9 @@ def plan(
     for device in sorted(Path("/dev").glob("nvidia*")) + sorted(Path("/dev/dri").glob("*")):
         wrapped += ["--dev-bind", str(device), str(device)]
     # A private PID namespace: when the agent's init exits or is killed, every process in it dies.
-    wrapped += ["--tmpfs", "/tmp", "--unshare-pid", "--die-with-parent"]
+    # No capabilities: run as root (CI, containers), bwrap would otherwise leave the agent CAP_SYS_ADMIN (unmount
+    # every mask, remount / read-write) and CAP_NET_RAW (sniff other runs' grading secrets off loopback).
+    wrapped += ["--tmpfs", "/tmp", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
     for path in masks_before:
         wrapped += ["--tmpfs", str(path)]
     # What the agent's command needs (interpreter, agent code) stays visible under the masks and /tmp.
