@@ -309,7 +309,8 @@ def extra_metrics(
     steps = list(zip(scored_scores, scored_scores[1:]))
     return {
         "requests": len(ledger),
-        "refused_requests": len(ledger) - len(submissions),  # answered 400, never recorded
+        # Requests that are not submissions (ledger.is_submission): request errors, repeats, grader errors.
+        "refused_requests": len(ledger) - len(submissions),
         "status_counts": dict(Counter(e.get("status") or "unknown" for e in submissions)),
         "scored_submissions": len(scored),
         "scored_submission_rate": len(scored) / len(submissions) if submissions else None,

@@ -57,9 +57,14 @@ The response: `submission_id`, `timestamp` (ISO 8601, when the evaluation finish
 `improvement` (`score - baseline_score`), `elapsed_seconds` (how long this evaluation took),
 `best` (the entry of `scores.json` with the highest score), `total_submissions` (entries in
 `scores.json`), and `error` when the submission was refused or its evaluation failed: it says why
-and what to change. Also `status` (`scored`, `cached`, `refused`, `failed`), `reason` (a stable
-code for a refusal) and `since_start_s`. HTTP 200 means the weights were scored; a refusal or a
-failure has a 4xx/5xx status.
+and what to change. Also `status` (`scored`, `cached`, `refused`, `failed`, `grader_error`),
+`reason` (a stable code for a refusal) and `since_start_s`. HTTP 200 means the weights were
+scored; a refusal, or a model that failed to load or generate, has a 4xx status: e.g. 404
+`missing_path`, 400 `invalid_path` (a path no file can have: a NUL byte, a name over 255 bytes),
+413 `request_too_large` (the body is over 64 KiB: send only the JSON above, never the model).
+HTTP 503 with `status` `grader_error` and `"retryable": true` means the grader itself failed: it
+is not your model's fault and does not count as a submission; wait `Retry-After` seconds and
+send the same request again.
 Submitting the same weights twice returns the cached score without a new evaluation; the
 untouched base model scores the baseline (improvement 0).
 

@@ -4,6 +4,13 @@ The secret is the first path segment of GRADING_SERVER_URL, so agents written fo
 harness (`curl -X POST "$GRADING_SERVER_URL/submit" -d '{"model_path": ...}'`) work unchanged.
 Responses, scores.json, run_meta.json and timer.sh carry the reference harness's fields with the
 reference's meanings (see rlbench.ledger); our own fields sit beside them.
+
+Every request to /submit that reaches the grader gets a submission id and exactly one ledger line,
+whatever fails where: the statuses an agent can get are 200 (scored or cached), 4xx (refused, or
+failed: its model's fault; the body says what to change) and 503 (grader_error: the grader's own
+fault, `retryable: true`, a Retry-After header, submit again; not counted against the agent).
+Bodies are read incrementally and refused over MAX_BODY_BYTES (413 request_too_large). Paths are
+normalised before routing ("//submit", "/submit/"), so clients that join URLs sloppily work.
 """
 
 from __future__ import annotations
@@ -15,15 +22,17 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rlbench.evaluation import EvaluationError, run_in_child
+from rlbench.evaluation import EvaluationError, GraderFault, run_in_child
 from rlbench.grader.checks import (
     SubmissionRefused,
     fingerprint,
@@ -34,12 +43,32 @@ from rlbench.grader.checks import (
     snapshot_checkpoint,
 )
 from rlbench.jsonio import append_jsonl, write_json
-from rlbench.ledger import is_scored, is_submission, iso_timestamp, reference_best, reference_view
+from rlbench.ledger import (
+    GRADER_ERROR,
+    is_scored,
+    is_submission,
+    iso_timestamp,
+    json_safe,
+    reference_best,
+    reference_view,
+    safe_text,
+    stored_model_path,
+)
 
 LEDGER = "ledger.jsonl"
 CODE_SNAPSHOT_MAX_BYTES = 1 << 20
 # Ledger fields the agent never gets back (they stay in grader/ledger.jsonl).
 PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance")
+# A submission is a small JSON object; anything much bigger is a mistake (or an attack on memory).
+MAX_BODY_BYTES = 64 * 1024
+# An oversized body up to this size is read to its end and dropped before the 413 is sent: closing
+# a connection with unread data resets it, and the client would see the reset, not the answer.
+DRAIN_MAX_BYTES = 1 << 20
+# Seconds a client is told to wait before resubmitting after a grader error (Retry-After).
+RETRY_AFTER_S = 5
+# The HTTP status of a grader error: "unavailable, try again", not a fault of the request.
+GRADER_ERROR_STATUS = 503
+ERROR_MAX_CHARS = 4000
 
 # bash and date only: it must run inside the sandbox. Output as the reference's CLI wrappers print it.
 TIMER_SCRIPT = """\
@@ -102,6 +131,8 @@ class Grader:
         self._idle = threading.Condition()
         self._inflight = 0
         self._gpu_locks = {gpu: threading.Lock() for gpu in self.available_gpus or ["cpu"]}
+        self._content_locks: dict[str, threading.Lock] = {}  # fingerprint -> in-flight lock (_score)
+        self._content_locks_guard = threading.Lock()
         self._cache: dict[str, float] = {config.baseline_fingerprint: config.baseline_score}
         if self.ledger_path.exists() and self.ledger_path.stat().st_size:
             raise RuntimeError(f"{self.ledger_path} holds an earlier attempt's submissions; archive it first")
@@ -166,27 +197,43 @@ class Grader:
         return {k: v for k, v in entry.items() if k not in PRIVATE_FIELDS and k not in also}
 
     # -- submissions ---------------------------------------------------------------------
-    def submit(self, payload: object) -> tuple[int, dict]:
-        """Handle one submission; returns (HTTP status, response body). Always leaves a ledger entry."""
+    def submit(self, payload: object, refusal: SubmissionRefused | None = None) -> tuple[int, dict]:
+        """Handle one submission; returns (HTTP status, response body). Always leaves a ledger entry.
+
+        refusal: a verdict reached before the payload could be read (the body was too large)."""
         with self._idle:
             self._inflight += 1
         try:
-            return self._submit(payload)
+            return self._submit(payload, refusal)
         finally:
             with self._idle:
                 self._inflight -= 1
                 self._idle.notify_all()
 
-    def _submit(self, payload: object) -> tuple[int, dict]:
+    def _submit(self, payload: object, refusal: SubmissionRefused | None) -> tuple[int, dict]:
+        """Reserve an id, handle, record: the id ends up recorded whatever raises where, so the
+        ledger, /health's `requests` and scores.json always agree and no entry stays pending."""
         received = time.time()
         with self._state_lock:
             submission_id = len(self.entries) + 1
             # Reserve the id so concurrent submissions never share one.
             self.entries.append({"submission_id": submission_id, "pending": True})
-        model_path = payload.get("model_path") if isinstance(payload, dict) else None
-        entry = {
+        # Holds the content's in-flight lock (see _score) until the entry is recorded, so a
+        # concurrent submission of the same weights sees this one in the ledger when it gets in.
+        with ExitStack() as held:
+            try:
+                status, entry = self._handle(submission_id, payload, refusal, received, held)
+            except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised if not an Exception
+                status, entry = self._failure_entry(submission_id, received, exc)
+                if not isinstance(exc, Exception):
+                    self._record(status, entry)
+                    raise
+            return self._record(status, entry)
+
+    def _base_entry(self, submission_id: int, model_path: object, received: float) -> dict:
+        return {
             "submission_id": submission_id,
-            "model_path": model_path,
+            "model_path": stored_model_path(model_path),  # bounded, valid UTF-8 (see ledger)
             "submitted_at": received,
             "since_start_s": round(received - self.config.start_time, 3),
             "baseline_score": self.config.baseline_score,
@@ -195,8 +242,21 @@ class Grader:
             "fingerprint": None,
             "gpu": None,
         }
+
+    def _handle(
+        self,
+        submission_id: int,
+        payload: object,
+        refusal: SubmissionRefused | None,
+        received: float,
+        held: ExitStack,
+    ) -> tuple[int, dict]:
+        model_path = payload.get("model_path") if isinstance(payload, dict) else None
+        entry = self._base_entry(submission_id, model_path, received)
         status = 200
         try:
+            if refusal is not None:
+                raise refusal
             if not isinstance(payload, dict):
                 raise SubmissionRefused(400, "malformed_request", 'the body must be a JSON object: {"model_path": "output/v1"}')
             if received > self.config.deadline:
@@ -210,25 +270,40 @@ class Grader:
             model_dir = resolve_submission(self.config.workspace, model_path)
             inspect_checkpoint(model_dir)
             entry["resolved_path"] = str(model_dir.relative_to(os.path.realpath(self.config.workspace)))
-            entry.update(self._score(submission_id, model_dir, gpus))
+            entry.update(self._score(submission_id, model_dir, gpus, held))
             entry["status"] = "cached" if entry["cached"] else "scored"
-        except SubmissionRefused as refusal:
-            status = refusal.status
-            entry.update(status="refused", reason=refusal.reason, error=refusal.message)
-            if refusal.reason == "invalid_gpu":
+        except SubmissionRefused as refused:
+            status = refused.status
+            entry.update(status="refused", reason=refused.reason, error=refused.message)
+            if refused.reason == "invalid_gpu":
                 entry["available_gpus"] = self.available_gpus  # as the reference's 400 answer
-        except EvaluationError as failure:
+        except EvaluationError as failure:  # the submitted model's fault
             status = 422
             entry.update(status="failed", reason="evaluation_failed", error=str(failure))
-        except Exception as exc:  # noqa: BLE001 - a grader fault must still leave a ledger entry
-            traceback.print_exc(file=sys.stderr)
-            status = 500
-            entry.update(
-                status="grader_error",
-                reason="grader_error",
-                error=f"the grader failed on this submission ({type(exc).__name__}: {exc}); "
-                "this is not a problem with your model: submit it again",
-            )
+        except Exception as exc:  # noqa: BLE001 - GraderFault or a bug: the grader's fault, not the model's
+            status = self._grader_error(entry, exc)
+        self._finish_times(entry, received)
+        return status, entry
+
+    def _grader_error(self, entry: dict, exc: BaseException) -> int:
+        """Turn entry into a grader error (retryable, not counted against the agent); the HTTP status."""
+        if isinstance(exc, GraderFault):
+            print(f"grader: submission {entry['submission_id']}: {exc}", file=sys.stderr)
+        else:
+            traceback.print_exception(exc, file=sys.stderr)
+        entry.update(
+            status=GRADER_ERROR,
+            reason=GRADER_ERROR,
+            retryable=True,
+            score=0.0,
+            cached=False,
+            error=f"the grader failed on this submission ({type(exc).__name__}: {exc}); "
+            f"this is not a problem with your model and does not count as a submission: "
+            f"submit it again (in {RETRY_AFTER_S} s or more)",
+        )
+        return GRADER_ERROR_STATUS
+
+    def _finish_times(self, entry: dict, received: float) -> None:
         finished = time.time()
         entry.update(
             timestamp=iso_timestamp(finished),  # the reference's: when the evaluation finished
@@ -236,7 +311,13 @@ class Grader:
             elapsed_seconds=round(finished - received, 2),  # this submission's evaluation time
             improvement=round(entry["score"] - self.config.baseline_score, 6),
         )
-        return status, self._record(entry)
+
+    def _failure_entry(self, submission_id: int, received: float, exc: BaseException) -> tuple[int, dict]:
+        """A minimal grader-error entry for a submission whose handling itself failed."""
+        entry = self._base_entry(submission_id, None, received)
+        status = self._grader_error(entry, exc)
+        self._finish_times(entry, received)
+        return status, entry
 
     def _gpus_for(self, requested: object) -> list[str]:
         """The GPUs an evaluation may use: those requested (checked), else the first available."""
@@ -248,19 +329,33 @@ class Grader:
         """One lock per GPU, always taken in the same order, so multi-GPU requests never deadlock."""
         return [self._gpu_locks[g] for g in sorted(gpus, key=gpu_order)] or [self._gpu_locks["cpu"]]
 
-    def _score(self, submission_id: int, model_dir: Path, gpus: list[str]) -> dict:
+    def _content_lock(self, digest: str) -> threading.Lock:
+        """The in-flight lock of one checkpoint content (kept: one small lock per distinct content)."""
+        with self._content_locks_guard:
+            return self._content_locks.setdefault(digest, threading.Lock())
+
+    def _score(self, submission_id: int, model_dir: Path, gpus: list[str], held: ExitStack) -> dict:
+        """Score a checkpoint, evaluating each distinct content once.
+
+        Lock order: the content's in-flight lock, then the cache, then the GPU locks. Concurrent
+        submissions of the same new weights thus wait for the first one's evaluation and are
+        answered from the cache, instead of each running a full evaluation. The content lock is
+        entered into `held`, released once the entry is recorded. Nobody takes a content lock
+        while holding a GPU lock, so the two orders never cross. Failures are not cached: a
+        waiter behind a failed evaluation evaluates again."""
         pending = self.snapshots / f"{submission_id:04d}"
         # Score a private copy: the agent may overwrite its directory while we evaluate.
         snapshot_checkpoint(model_dir, pending / "model")
         self._snapshot_code(pending / "code")
         digest = fingerprint(pending / "model")
+        held.enter_context(self._content_lock(digest))
         result = {"fingerprint": digest, "cached": digest in self._cache}
         if result["cached"]:
             score = self._cache[digest]
         else:
-            with ExitStack() as held:
+            with ExitStack() as gpu_locks:
                 for lock in self._locks_for(gpus):
-                    held.enter_context(lock)
+                    gpu_locks.enter_context(lock)
                 outcome = run_in_child(
                     self.config.task_settings,
                     pending / "model",
@@ -289,29 +384,75 @@ class Grader:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target)
 
-    def _record(self, entry: dict) -> dict:
-        """Ledger (fsync'd), best snapshot and the agent's files; returns the response body."""
+    def _record(self, status: int, entry: dict) -> tuple[int, dict]:
+        """Ledger (fsync'd), best snapshot and the agent's files; returns (status, response body).
+
+        The entry replaces its pending placeholder and reaches the ledger whatever fails: if it
+        cannot be completed it is recorded as a grader error instead, and the side effects after
+        the ledger line (best model, agent files) only log their failures: the answer stays true,
+        and the next submission rewrites the agent's files."""
         with self._state_lock:
-            if entry.get("cached"):
-                entry["repeat_of"] = self._earlier_result(entry)
-            self.entries[entry["submission_id"] - 1] = entry
+            index = entry["submission_id"] - 1
+            try:
+                entry = self._completed(entry)
+            except Exception as exc:  # noqa: BLE001 - the id must still be recorded
+                status, entry = self._failure_entry(index + 1, entry.get("submitted_at") or time.time(), exc)
+                self.entries[index] = entry
+                with suppress(Exception):
+                    self._add_totals(entry, best_too=False)
+            self._append(entry)
+            self._after_record(entry)
+        return status, self._public(entry)
+
+    def _append(self, entry: dict, attempts: int = 3) -> None:
+        """The ledger line, retried a few times (a transient I/O error must not leave a hole);
+        if the disk refuses for good, the failure is logged and the entry stays in memory."""
+        for attempt in range(1, attempts + 1):
+            try:
+                append_jsonl(self.ledger_path, entry)
+                return
+            except Exception:  # noqa: BLE001
+                traceback.print_exc(file=sys.stderr)
+                time.sleep(0.1 * attempt)
+
+    def _completed(self, entry: dict) -> dict:
+        """The entry as recorded (strict JSON, repeat_of, best, totals), in place of its placeholder."""
+        entry = json_safe(entry)
+        if isinstance(entry.get("error"), str):
+            entry["error"] = safe_text(entry["error"], ERROR_MAX_CHARS)
+        if entry.get("cached"):
+            entry["repeat_of"] = self._earlier_result(entry)
+        self.entries[entry["submission_id"] - 1] = entry
+        self._add_totals(entry)
+        return entry
+
+    def _add_totals(self, entry: dict, best_too: bool = True) -> None:
+        recorded = [e for e in self.entries if not e.get("pending")]
+        if best_too:
+            best = reference_best(recorded)
+            if best is not None:  # the reference never answers "best": null
+                entry["best"] = best
+        entry["total_submissions"] = len(reference_view(recorded))
+
+    def _after_record(self, entry: dict) -> None:
+        """Best snapshot, last_submit_time and the agent's files; failures are logged, not raised."""
+        try:
             pending = self.snapshots / f"{entry['submission_id']:04d}" / "model"
             # Only a real evaluation of the submitted weights can become the best model.
             if is_scored(entry) and (self.best is None or entry["score"] > self.best["score"]):
-                self.best = {k: entry[k] for k in ("submission_id", "model_path", "score", "improvement", "fingerprint")}
-                self._promote_best(pending)
+                best = {k: entry[k] for k in ("submission_id", "model_path", "score", "improvement", "fingerprint")}
+                self._promote_best(pending, best)
+                self.best = best
             elif pending.exists():
                 shutil.rmtree(pending)  # keep only the best checkpoint on disk
             if is_submission(entry):
                 self.last_submit_time = max(self.last_submit_time or 0, int(entry["responded_at"]))
-            recorded = [e for e in self.entries if not e.get("pending")]
-            best = reference_best(recorded)
-            if best is not None:  # the reference never answers "best": null
-                entry["best"] = best
-            entry["total_submissions"] = len(reference_view(recorded))
-            append_jsonl(self.ledger_path, entry)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
+        try:
             self._write_agent_files()
-        return self._public(entry)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
 
     def _earlier_result(self, entry: dict) -> int | None:
         """The submission whose result a resubmission of the same path and weights repeats.
@@ -328,7 +469,7 @@ class Grader:
                 return earlier["submission_id"]
         return None
 
-    def _promote_best(self, pending: Path) -> None:
+    def _promote_best(self, pending: Path, best: dict) -> None:
         staging = self.config.grader_dir / "best_model.new"
         if staging.exists():
             shutil.rmtree(staging)
@@ -336,7 +477,7 @@ class Grader:
         if self.best_model_dir.exists():
             shutil.rmtree(self.best_model_dir)
         staging.rename(self.best_model_dir)
-        write_json(self.config.grader_dir / "best.json", self.best)
+        write_json(self.config.grader_dir / "best.json", best)
 
     def drain(self) -> None:
         """Wait until no evaluation is in flight (used before the run is closed)."""
@@ -362,24 +503,85 @@ def parse_payload(body: bytes) -> object:
 
     The reference's CLI wrappers show the submit command with escaped quotes
     ('{\\"model_path\\": ...}'), which a shell passes on verbatim: that body is read as meant.
-    None when the body is not JSON (refused as malformed, and recorded).
+    None when the body is not JSON (refused as malformed, and recorded): that includes JSON the
+    parser gives up on, nested too deeply (RecursionError) or with an over-long integer (ValueError).
     """
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         pass
     try:
         text = body.decode()
         if '\\"' in text:
             payload = json.loads(text.replace('\\"', '"'))
             return payload if isinstance(payload, dict) else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):
         pass
     return None
 
 
+class BodyTooLarge(Exception):
+    """The request body is over MAX_BODY_BYTES; `drained` when it was read to its end."""
+
+    def __init__(self, size: int, drained: bool):
+        super().__init__(size)
+        self.size, self.drained = size, drained
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES, drain: int = DRAIN_MAX_BYTES) -> bytes:
+    """The body, read chunk by chunk and never held beyond `limit` bytes.
+
+    Raises BodyTooLarge when the declared Content-Length or the bytes actually sent (chunked, or
+    more than declared) exceed the limit; a body up to `drain` bytes is read to its end first so
+    that the client, still sending, can read the 413. ClientDisconnect when the client left."""
+    try:  # h11 has already refused malformed lengths; this only guards against surprises
+        declared = int(request.headers.get("content-length", "0"))
+    except ValueError:
+        declared = 0
+    if declared > drain:
+        raise BodyTooLarge(declared, drained=False)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > drain:
+            raise BodyTooLarge(size, drained=False)
+        if size <= limit:
+            chunks.append(chunk)
+    if size > limit or declared > limit:
+        raise BodyTooLarge(max(size, declared), drained=True)
+    return b"".join(chunks)
+
+
+class NormalizePath:
+    """ASGI middleware: repeated slashes collapse and a trailing slash goes, before routing.
+
+    `$GRADING_SERVER_URL/` + `/submit` and `.../submit/` then reach /submit (no 404, no redirect
+    that curl would not follow); the secret is still checked as the first segment."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope.get("path", "/")
+            normal = "/" + "/".join(segment for segment in path.split("/") if segment)
+            if normal != path:
+                scope = {**scope, "path": normal}
+        await self.app(scope, receive, send)
+
+
+def respond(status: int, body: dict, close: bool = False) -> JSONResponse:
+    """A /submit answer; grader errors carry Retry-After, cut-off bodies close the connection."""
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if body.get("retryable") else {}
+    if close:
+        headers["Connection"] = "close"
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
 def create_app(grader: Grader) -> FastAPI:
     app = FastAPI(title="Agent² RL-Bench grading server", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(NormalizePath)
     secret = grader.config.secret
 
     def check(token: str) -> None:
@@ -389,9 +591,22 @@ def create_app(grader: Grader) -> FastAPI:
     @app.post("/{token}/submit")
     async def submit(token: str, request: Request):
         check(token)
-        payload = parse_payload(await request.body())
+        try:
+            body = await read_body(request)
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody is left to answer, and nothing was submitted
+        except BodyTooLarge as too_large:
+            refusal = SubmissionRefused(
+                413,
+                "request_too_large",
+                f"the request body is {too_large.size} bytes; the limit is {MAX_BODY_BYTES} bytes. "
+                'Send only {"model_path": "output/v1"} (and "gpu"), never the model itself',
+            )
+            status, response = await run_in_threadpool(grader.submit, None, refusal)
+            return respond(status, response, close=not too_large.drained)
+        payload = parse_payload(body)
         status, response = await run_in_threadpool(grader.submit, payload)
-        return JSONResponse(status_code=status, content=response)
+        return respond(status, response)
 
     @app.get("/{token}/time")
     def time_endpoint(token: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -9,10 +10,14 @@ import shutil
 from fnmatch import fnmatch
 from pathlib import Path
 
+from rlbench.ledger import safe_text
+
 # Files that make up a checkpoint; everything else (optimizer state, logs) is ignored.
 CHECKPOINT_PATTERNS = ("*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken")
 # Weight formats that unpickle on load: they can run code inside the grader.
 PICKLE_WEIGHT_PATTERNS = ("pytorch_model*.bin", "model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+# How much of a model_path a message quotes: enough to recognise it, never a wall of text.
+SHOWN_PATH_CHARS = 200
 
 
 class SubmissionRefused(Exception):
@@ -23,10 +28,43 @@ class SubmissionRefused(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
+def shown(model_path: str) -> str:
+    """model_path as a message quotes it: valid UTF-8 (lone surrogates escaped), bounded."""
+    return safe_text(model_path, SHOWN_PATH_CHARS)
+
+
+def invalid_path(model_path: str, problem: str) -> SubmissionRefused:
+    return SubmissionRefused(
+        400,
+        "invalid_path",
+        f"model_path {problem}, so no file can have that path: {shown(model_path)!r}; "
+        'send the relative path of the saved model directory, such as "output/v1"',
+    )
+
+
 def resolve_submission(workspace: Path, model_path: object) -> Path:
-    """The real directory a model_path names; refused when outside the workspace or missing."""
+    """The real directory a model_path names; refused when outside the workspace, missing, or a
+    path the OS cannot represent (invalid_path: NUL byte, lone surrogate, name or path too long)."""
     if not isinstance(model_path, str) or not model_path.strip():
         raise SubmissionRefused(400, "malformed_request", 'the request needs "model_path": a directory path string')
+    # Checked before any OS call: these raise ValueError/UnicodeEncodeError there, not OSError.
+    try:
+        encoded = os.fsencode(model_path)
+    except UnicodeError:
+        raise invalid_path(model_path, "holds a character no file name can hold (a lone surrogate)") from None
+    if b"\0" in encoded:
+        raise invalid_path(model_path, "holds a NUL byte")
+    try:
+        return _resolve(workspace, model_path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise invalid_path(
+                model_path, "is too long for the file system (a name over 255 bytes or a path over 4096 bytes)"
+            ) from None
+        raise
+
+
+def _resolve(workspace: Path, model_path: str) -> Path:
     root = Path(os.path.realpath(workspace))
     raw = Path(model_path)
     candidate = raw if raw.is_absolute() else root / raw
@@ -35,17 +73,22 @@ def resolve_submission(workspace: Path, model_path: object) -> Path:
         raise SubmissionRefused(
             403,
             "outside_workspace",
-            f"model_path must be inside the workspace ({root}); got {model_path} (resolves to {real})",
+            f"model_path must be inside the workspace ({root}); got {shown(model_path)} "
+            f"(resolves to {safe_text(str(real), SHOWN_PATH_CHARS)})",
         )
     if not real.exists():
-        raise SubmissionRefused(404, "missing_path", f"model_path does not exist: {model_path}")
+        raise SubmissionRefused(404, "missing_path", f"model_path does not exist: {shown(model_path)}")
     if not real.is_dir():
-        raise SubmissionRefused(400, "not_a_directory", f"model_path must be a model directory, got a file: {model_path}")
+        raise SubmissionRefused(
+            400, "not_a_directory", f"model_path must be a model directory, got a file: {shown(model_path)}"
+        )
     for path in real.rglob("*"):
         target = Path(os.path.realpath(path))
         if target != root and root not in target.parents:
             raise SubmissionRefused(
-                403, "outside_workspace", f"{path.relative_to(real)} in {model_path} links outside the workspace"
+                403,
+                "outside_workspace",
+                f"{safe_text(str(path.relative_to(real)))} in {shown(model_path)} links outside the workspace",
             )
     return real
 
@@ -104,7 +147,7 @@ def fingerprint(model_dir: Path) -> str:
     """sha256 over the checkpoint's file names and contents; equal weights, equal fingerprint."""
     digest = hashlib.sha256()
     for rel in checkpoint_files(model_dir):
-        digest.update(str(rel).encode() + b"\0")
+        digest.update(os.fsencode(rel) + b"\0")  # = str(rel).encode() for UTF-8 names; never raises
         with open(model_dir / rel, "rb") as handle:
             while block := handle.read(1 << 20):
                 digest.update(block)
@@ -149,5 +192,6 @@ def requested_gpus(value: object, available: list[str]) -> list[str]:
         raise SubmissionRefused(400, "invalid_gpu", f'"gpu" is empty; {hint}')
     unknown = [g for g in ids if g not in available]
     if unknown:
-        raise SubmissionRefused(400, "invalid_gpu", f"GPU {', '.join(unknown)} not available; {hint}")
+        listed = safe_text(", ".join(unknown), SHOWN_PATH_CHARS)
+        raise SubmissionRefused(400, "invalid_gpu", f"GPU {listed} not available; {hint}")
     return ids
