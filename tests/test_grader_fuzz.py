@@ -15,9 +15,7 @@ chunked, both, oversized headers). Properties:
 Only the base model (a copy in output/base, and models/<hf_id>) is ever a valid checkpoint: it
 is cached, so no evaluation runs and the fuzzing stays fast. The default run is derandomized (a
 fixed seed: reproducible in CI) and sized for a minute or two on a loaded two-core machine; the
-`slow`-marked variant sends about four times as many requests (not more: the grader rewrites
-submissions.json, which lists every request so far, on each request, so a long run slows down
-quadratically). The figures (requests sent, responses by status class, 5xx count) are printed
+`slow`-marked variant sends about four times as many requests. The figures (requests sent, responses by status class, 5xx count) are printed
 and, when RLBENCH_FIGURES_DIR is set, written to $RLBENCH_FIGURES_DIR/fuzz.json.
 """
 

@@ -408,3 +408,310 @@ def test_evaluation_child_dies_with_its_grader(tmp_path, tiny_model, gsm8k_data)
             child.kill()  # only on failure: it should already be gone
         if writer is not None:
             os.close(writer)
+
+
+# -- 6. held-out data never travels back in an error -----------------------------------------------
+def held_out_questions(eval_dir: Path) -> list[str]:
+    from rlbench.tasks.gsm8k import EVAL_FILE
+
+    rows = (eval_dir / EVAL_FILE).read_text().splitlines()
+    return [json.loads(line)["question"] for line in rows if line.strip()]
+
+
+def quotes_any(text: str, questions: list[str]) -> list[str]:
+    """The questions that `text` quotes, whole or a 40-character piece of their opening (the split's
+    questions share a closing instruction, which alone proves nothing)."""
+    return [q for q in questions if q in text or any(q[i : i + 40] in text for i in range(0, min(len(q), 120), 10))]
+
+
+# Chat templates that make the evaluation fail with the held-out question in the exception text.
+LEAKING_TEMPLATES = {
+    "raise_exception": "{{ raise_exception(messages[-1]['content'] | replace('\\n', ' ')) }}",
+    "undefined_attribute": "{{ ({}[messages[-1]['content'] | replace('\\n', ' ')]).x }}",
+}
+
+
+@pytest.mark.parametrize("label", sorted(LEAKING_TEMPLATES))
+def test_a_failing_chat_template_cannot_send_held_out_questions_back(
+    workspace, start_grader, tiny_model, gsm8k_data, label
+):
+    server = start_grader(workspace)
+    questions = held_out_questions(gsm8k_data[1])
+    model = copy_model(tiny_model, workspace / "output" / "leak")
+    (model / "chat_template.jinja").write_text(LEAKING_TEMPLATES[label])
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/leak"}, timeout=300)
+    body = assert_refused(response, 422, "evaluation_failed")
+    entries = assert_consistent(server)
+    # The attack is real: the child's error holds a held-out question, kept in the private ledger field...
+    assert quotes_any(entries[-1]["error_detail"], questions), entries[-1]["error_detail"]
+    # ...and none of it reaches the agent: not the response, nor any file of its workspace.
+    assert "error_detail" not in body
+    for where, text in (
+        ("response", response.text),
+        ("scores.json", (workspace / "scores.json").read_text()),
+        ("submissions.json", (workspace / "submissions.json").read_text()),
+        ("run_meta.json", (workspace / "run_meta.json").read_text()),
+    ):
+        assert not quotes_any(text, questions), f"{where} quotes a held-out question"
+    # What it does say: the exception type, why the rest is withheld, and how to debug it.
+    error = body["error"]
+    assert ("TemplateError" if label == "raise_exception" else "UndefinedError") in error
+    assert "withheld" in error and "format_prompt" in error and "training data" in error
+
+
+# -- 7. a checkpoint reaches nothing outside itself ----------------------------------------------------
+def safetensors_names(path: Path) -> list[str]:
+    with open(path, "rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        return [k for k in json.loads(handle.read(size)) if k != "__metadata__"]
+
+
+def empty_safetensors(path: Path) -> None:
+    save_file({}, path, metadata={"format": "pt"})
+
+
+def index_for(weights: Path, target: str) -> dict:
+    weight_map = {name: target for name in safetensors_names(weights)}
+    return {"metadata": {"total_size": weights.stat().st_size}, "weight_map": weight_map}
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "missing"])
+def test_shard_index_naming_files_outside_the_checkpoint_is_refused(workspace, start_grader, tiny_model, where):
+    """A checkpoint without weights of its own whose index maps every tensor to another model's file
+    (os.path.join(dir, "/abs") is "/abs") would load, and be scored as, that model."""
+    server = start_grader(workspace)
+    perturb(copy_model(tiny_model, workspace / "output" / "other"))  # a better model, elsewhere in the workspace
+    model = copy_model(tiny_model, workspace / "output" / "escape")
+    (model / "model.safetensors").unlink()
+    empty_safetensors(model / "unused.safetensors")  # a *.safetensors file, so that it is not refused for that
+    target = {
+        "absolute": str(tiny_model / "model.safetensors"),
+        "dotdot": "../other/model.safetensors",
+        "missing": "model-00001-of-00002.safetensors",
+    }[where]
+    (model / "model.safetensors.index.json").write_text(json.dumps(index_for(tiny_model / "model.safetensors", target)))
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/escape"}, timeout=300)
+    body = assert_refused(response, 422, "bad_file_reference")
+    assert "weight_map" in body["error"] and "save_pretrained" in body["error"]
+    assert evaluations_run(server) == 0  # refused before any evaluation
+    entries = assert_consistent(server)
+    assert entries[-1]["status"] == "refused" and not list(server.grader.snapshots.glob("*/model"))
+
+
+@pytest.mark.parametrize(
+    "file, change, key",
+    [
+        ("tokenizer_config.json", {"fast_tokenizer_files": ["/etc/tokenizer.4.0.0.json"]}, "fast_tokenizer_files"),
+        ("tokenizer_config.json", {"fast_tokenizer_files": ["../tokenizer.4.0.0.json"]}, "fast_tokenizer_files"),
+        ("config.json", {"transformers_weights": "sub/model.safetensors.index.json"}, "transformers_weights"),
+        ("config.json", {"transformers_weights": "/elsewhere/model.safetensors"}, "transformers_weights"),
+    ],
+)
+def test_other_file_references_outside_the_checkpoint_are_refused(
+    workspace, start_grader, tiny_model, file, change, key
+):
+    """Other names transformers joins to the checkpoint's directory: the tokenizer file to load
+    (fast_tokenizer_files) and the weights to load (transformers_weights)."""
+    server = start_grader(workspace)
+    model = copy_model(tiny_model, workspace / "output" / "v1")
+    data = json.loads((model / file).read_text())
+    data.update(change)
+    (model / file).write_text(json.dumps(data))
+    body = assert_refused(requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=60), 422,
+                          "bad_file_reference")
+    assert key in body["error"]
+    assert_consistent(server)
+
+
+def test_sharded_checkpoint_with_plain_shard_names_is_scored(workspace, start_grader, tiny_model):
+    """The check refuses escapes only: a real sharded checkpoint (plain names, files present) loads."""
+    server = start_grader(workspace)
+    model = copy_model(tiny_model, workspace / "output" / "sharded")
+    shard = "model-00001-of-00001.safetensors"
+    (model / "model.safetensors").rename(model / shard)
+    (model / "model.safetensors.index.json").write_text(json.dumps(index_for(model / shard, shard)))
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/sharded"}, timeout=300)
+    assert response.status_code == 200 and response.json()["status"] == "scored", response.text
+    assert_consistent(server)
+
+
+# -- 8. the code snapshot follows no link, and is bounded ---------------------------------------------------
+def code_snapshots(server) -> list[Path]:
+    return [p for p in server.grader.snapshots.glob("*/code/**/*") if p.is_file()]
+
+
+def test_symlinked_code_dir_is_not_copied(workspace, start_grader, tiny_model, gsm8k_data):
+    server = start_grader(workspace)
+    copy_model(tiny_model, workspace / "output" / "base")  # cached: snapshotted, never evaluated
+    shutil.rmtree(workspace / "code")
+    (workspace / "code").symlink_to(gsm8k_data[1], target_is_directory=True)  # the held-out split
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/base"}, timeout=60)
+    assert response.status_code == 200 and response.json()["status"] == "cached"
+    assert code_snapshots(server) == []
+    # Links inside a real code/ are not followed either (to a directory or to a file).
+    (workspace / "code").unlink()
+    (workspace / "code").mkdir()
+    (workspace / "code" / "train.py").write_text("print('mine')\n")
+    (workspace / "code" / "split").symlink_to(gsm8k_data[1], target_is_directory=True)
+    (workspace / "code" / "rows.jsonl").symlink_to(next(gsm8k_data[1].glob("*.jsonl")))
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/base"}, timeout=60)
+    assert response.status_code == 200
+    assert sorted(p.name for p in code_snapshots(server)) == [".snapshot.json", "train.py"]
+    assert_consistent(server)
+
+
+def test_code_snapshot_is_bounded(workspace, start_grader, tiny_model, monkeypatch):
+    from rlbench.grader import checks
+
+    monkeypatch.setattr(checks, "CODE_SNAPSHOT_MAX_FILES", 5)
+    monkeypatch.setattr(checks, "CODE_SNAPSHOT_MAX_TOTAL_BYTES", 1000)
+    server = start_grader(workspace)
+    copy_model(tiny_model, workspace / "output" / "base")
+    for i in range(20):
+        (workspace / "code" / f"f{i:02d}.py").write_text("x" * 150)
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/base"}, timeout=60)
+    assert response.status_code == 200
+    copied = [p for p in code_snapshots(server) if p.name != ".snapshot.json"]
+    assert 0 < len(copied) <= 5 and sum(p.stat().st_size for p in copied) <= 1000
+    note = json.loads(next(server.grader.snapshots.glob("*/code/.snapshot.json")).read_text())
+    assert note["truncated"] is True
+
+
+# -- 9. what is checked is what is copied (no time-of-check/time-of-use race) ---------------------------------
+def swap_after_check(monkeypatch, swap) -> None:
+    """Run `swap` right after resolve_submission has checked the submission: the race, won every time."""
+    real = grader_app.resolve_submission
+
+    def checked_then_swapped(workspace, model_path):
+        resolved = real(workspace, model_path)
+        swap()
+        return resolved
+
+    monkeypatch.setattr(grader_app, "resolve_submission", checked_then_swapped)
+
+
+def test_file_swapped_for_a_link_after_the_check_is_not_copied(
+    workspace, start_grader, tiny_model, tmp_path, monkeypatch
+):
+    server = start_grader(workspace)
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("a host file the grader must not copy\n")
+    model = copy_model(tiny_model, workspace / "output" / "v1")
+    (model / "notes.txt").write_text("mine\n")
+
+    def swap():
+        (model / "notes.txt").unlink()
+        (model / "notes.txt").symlink_to(secret)
+
+    swap_after_check(monkeypatch, swap)
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=60)
+    body = assert_refused(response, 422, "not_a_regular_file")
+    assert "notes.txt" in body["error"] and "dereference" in body["error"]
+    copied = [p for p in server.grader.snapshots.rglob("*") if p.is_file() and p.read_bytes() == secret.read_bytes()]
+    assert copied == []
+    assert_consistent(server)
+
+
+def test_directory_swapped_for_a_link_after_the_check_is_not_copied(
+    workspace, start_grader, tiny_model, tmp_path, monkeypatch
+):
+    """output/v1 checked, then replaced by a link to a model outside: the copy must not follow it."""
+    server = start_grader(workspace)
+    model = copy_model(tiny_model, workspace / "output" / "v1")
+    outside = copy_model(tiny_model, tmp_path / "outside-better")
+    perturb(outside)
+
+    def swap():
+        model.rename(workspace / "output" / "v1.parked")
+        model.symlink_to(outside, target_is_directory=True)
+
+    swap_after_check(monkeypatch, swap)
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=60)
+    assert_refused(response, 409, "checkpoint_changed")
+    assert evaluations_run(server) == 0
+    assert_consistent(server)
+
+
+def test_links_inside_the_workspace_are_refused_not_followed(workspace, start_grader, tiny_model):
+    """A weights file linked to another checkpoint of the workspace: the grader copies files, not links."""
+    server = start_grader(workspace)
+    copy_model(tiny_model, workspace / "output" / "v0")
+    model = copy_model(tiny_model, workspace / "output" / "v1")
+    (model / "model.safetensors").unlink()
+    (model / "model.safetensors").symlink_to(workspace / "output" / "v0" / "model.safetensors")
+    body = assert_refused(requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=60), 422,
+                          "not_a_regular_file")
+    assert "model.safetensors" in body["error"]
+    # Links that are not checkpoint files are neither followed nor a reason to refuse.
+    (model / "model.safetensors").unlink()
+    shutil.copyfile(tiny_model / "model.safetensors", model / "model.safetensors")
+    (model / "latest").symlink_to(workspace / "output" / "v0", target_is_directory=True)
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=60)
+    assert response.status_code == 200 and response.json()["status"] == "cached"
+    assert_consistent(server)
+
+
+# -- 10. weights killed again and again are the model's failure ---------------------------------------------------
+def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, start_grader, tiny_model, tmp_path):
+    """As an out-of-memory kill: SIGKILL while generating. The held-out split is a FIFO nobody
+    writes, so each child blocks in the generating phase until it is killed."""
+    from rlbench.tasks.gsm8k import EVAL_FILE
+
+    server = start_grader(workspace)
+    split = tmp_path / "fifo-split"
+    split.mkdir()
+    os.mkfifo(split / EVAL_FILE)
+    server.grader.config.eval_dir = split
+    perturb(copy_model(tiny_model, workspace / "output" / "v1"))
+    statuses = []
+    for attempt in range(1, grader_app.GRADER_FAULTS_RETRIED + 2):
+        phase_file = server.grader.snapshots / f"{attempt:04d}" / "eval" / "phase.json"
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(requests.post, f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=300)
+
+            def generating() -> bool:
+                try:
+                    return read_json(phase_file)["phase"] == "generating"
+                except (OSError, ValueError, KeyError):
+                    return False
+
+            wait_for(generating, timeout=180)
+            wait_for(evaluation_children)[0].send_signal(signal.SIGKILL)
+            response = pending.result()
+        statuses.append((response.status_code, response.json()["reason"]))
+    assert statuses == [(503, "grader_error")] * grader_app.GRADER_FAULTS_RETRIED + [(422, "evaluation_failed")]
+    body = response.json()
+    assert "killed" in body["error"] and "out of memory" in body["error"] and "retryable" not in body
+    entries = assert_consistent(server)
+    assert "SIGKILL" in entries[-1]["error_detail"]
+    assert [s["submission_id"] for s in read_json(workspace / "scores.json")] == [len(entries)]
+
+
+# -- 11. a flood of requests costs each one the same ------------------------------------------------------------
+def test_agent_files_are_cheap_and_bounded(workspace, start_grader, monkeypatch):
+    from rlbench import jsonio
+
+    monkeypatch.setattr(grader_app, "SUBMISSIONS_SHOWN", 5)
+    server = start_grader(workspace)
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(jsonio.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    for i in range(8):  # submissions (missing paths) and request errors (malformed), interleaved
+        requests.post(f"{server.url}/submit", json={"model_path": f"output/nope{i}"} if i % 2 else {}, timeout=60)
+    assert len(fsyncs) == 8  # the ledger line of each request; the files derived from it are not fsync'd
+    entries = assert_consistent(server)  # scores.json still lists every submission
+    ours = strict_json((workspace / "submissions.json").read_bytes())
+    assert ours["requests"] == 8 and ours["total_submissions"] == 4 and ours["submissions_shown"] == 5
+    assert [e["submission_id"] for e in ours["submissions"]] == [4, 5, 6, 7, 8]  # the most recent
+    assert ours["submissions"][-1] == {k: v for k, v in entries[-1].items()
+                                       if k not in grader_app.PRIVATE_FIELDS + ("best", "total_submissions")}
+
+
+def test_fifo_in_a_checkpoint_is_refused_without_blocking(workspace, start_grader, tiny_model):
+    """A FIFO named like a checkpoint file: opening it to copy would block the grader forever."""
+    server = start_grader(workspace)
+    model = copy_model(tiny_model, workspace / "output" / "v1")
+    os.mkfifo(model / "notes.txt")
+    response = requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=60)
+    assert "notes.txt" in assert_refused(response, 422, "not_a_regular_file")["error"]
+    assert_consistent(server)

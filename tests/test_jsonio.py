@@ -24,3 +24,30 @@ def test_write_json_never_follows_planted_symlinks(tmp_path):
     leftovers = [p.name for p in workspace.iterdir() if p.name not in ("scores.json", ".scores.json.tmp")]
     assert leftovers == []  # no temporary file left behind
     assert oct(os.stat(workspace / "scores.json").st_mode & 0o777) == oct(0o644)
+
+
+def test_write_json_durable_flag_skips_only_the_fsync(tmp_path, monkeypatch):
+    from rlbench import jsonio
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(jsonio.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    write_json(tmp_path / "durable.json", {"a": 1})
+    assert len(synced) == 1
+    write_json(tmp_path / "derived.json", {"a": 1}, durable=False)  # atomic all the same
+    assert len(synced) == 1
+    assert (tmp_path / "derived.json").read_text() == (tmp_path / "durable.json").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["derived.json", "durable.json"]
+
+
+def test_encoded_list_is_the_json_of_its_items():
+    from rlbench.jsonio import encoded_list
+
+    items = [{"b": 1, "a": [1, 2]}, "x", None]
+    for indent in (0, 2, 4):
+        text = encoded_list([json.dumps(i) for i in items], indent)
+        assert json.loads(text) == items
+        assert text.endswith(" " * indent + "]")
+    assert encoded_list([]) == "[]"
+    document = '{\n  "list": ' + encoded_list([json.dumps(i) for i in items], 2) + "\n}"
+    assert json.loads(document) == {"list": items}

@@ -30,8 +30,9 @@ PPO, rollouts with the task's reward...).
 - `timer.sh` — `bash timer.sh` prints the time left as `Remaining: H:MM` (or `Timer expired!`).
 - `scores.json` — your submissions so far, a list of `submission_id`, `timestamp`, `model_path`,
   `score`, `baseline_score`, `improvement`, `elapsed_seconds` and, for one that failed, `error`.
-- `submissions.json` — the same with the grader's details: every request (refused ones too) with
-  its `status` and `reason`, and `best`, your best really scored submission.
+- `submissions.json` — the same with the grader's details: your most recent 1000 requests
+  (refused ones too) with their `status` and `reason` (`requests` and `total_submissions` count
+  them all), and `best`, your best really scored submission.
 
 Environment variables: TASK, BASE_MODEL, WORKSPACE, MODEL_PATH, DATA_PATH, OUTPUT_DIR,
 GRADING_SERVER_URL.
@@ -40,8 +41,11 @@ GRADING_SERVER_URL.
 
 A checkpoint is a full model directory saved with `model.save_pretrained(dir)` and
 `tokenizer.save_pretrained(dir)`: safetensors weights only (no .bin/pickle files), no custom
-code (`auto_map`), not a LoRA adapter (merge it first with `merge_and_unload()`). The path must
-be inside the workspace: relative (`output/v1`) or absolute (`$OUTPUT_DIR/v1`).
+code (`auto_map`), not a LoRA adapter (merge it first with `merge_and_unload()`). Its files must
+be real files, not symbolic links, and the files it names (a sharded checkpoint's
+`model.safetensors.index.json`) must be in the directory itself. The path must be inside the
+workspace: relative (`output/v1`) or absolute (`$OUTPUT_DIR/v1`). The grader copies the
+checkpoint when it receives the request: leave it alone until the answer comes.
 
     curl -X POST "$GRADING_SERVER_URL/submit" -H "Content-Type: application/json" -d '{{"model_path": "output/v1"}}'
 
@@ -64,7 +68,10 @@ scored; a refusal, or a model that failed to load or generate, has a 4xx status:
 413 `request_too_large` (the body is over 64 KiB: send only the JSON above, never the model).
 HTTP 503 with `status` `grader_error` and `"retryable": true` means the grader itself failed: it
 is not your model's fault and does not count as a submission; wait `Retry-After` seconds and
-send the same request again.
+send the same request again (weights whose evaluation is killed three times, e.g. out of memory,
+get a 422 instead). When generation fails on the held-out split, the error names only the
+exception's type, since its details could quote held-out data: reproduce it with task.py's
+`format_prompt` on the training data.
 Submitting the same weights twice returns the cached score without a new evaluation; the
 untouched base model scores the baseline (improvement 0).
 

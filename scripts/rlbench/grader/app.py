@@ -11,10 +11,21 @@ failed: its model's fault; the body says what to change) and 503 (grader_error: 
 fault, `retryable: true`, a Retry-After header, submit again; not counted against the agent).
 Bodies are read incrementally and refused over MAX_BODY_BYTES (413 request_too_large). Paths are
 normalised before routing ("//submit", "/submit/"), so clients that join URLs sloppily work.
+
+The agent is hostile by assumption. The checkpoint is copied (following no link) before anything
+looks at it, and what is inspected, fingerprinted and evaluated is the copy (see grader.checks).
+Nothing the agent gets back carries text the evaluation may have read from the held-out split:
+errors after it was read keep their detail in the ledger's private `error_detail` (see
+rlbench.evaluation). Weights whose evaluation keeps being killed (out of memory) stop being the
+grader's fault after GRADER_FAULTS_RETRIED kills. The agent-visible files are derived from the
+fsync'd ledger: rewritten atomically but without fsync, only when they change, from entries
+encoded once, and submissions.json lists the last SUBMISSIONS_SHOWN requests, so that a flood of
+requests costs each one about the same.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
@@ -41,24 +52,33 @@ from rlbench.grader.checks import (
     requested_gpus,
     resolve_submission,
     snapshot_checkpoint,
+    snapshot_code,
 )
-from rlbench.jsonio import append_jsonl, write_json
+from rlbench.jsonio import append_jsonl, encoded_list, write_json, write_text
 from rlbench.ledger import (
     GRADER_ERROR,
     is_scored,
     is_submission,
     iso_timestamp,
     json_safe,
-    reference_best,
-    reference_view,
+    reference_entry,
     safe_text,
     stored_model_path,
 )
 
 LEDGER = "ledger.jsonl"
-CODE_SNAPSHOT_MAX_BYTES = 1 << 20
-# Ledger fields the agent never gets back (they stay in grader/ledger.jsonl).
-PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance")
+# Ledger fields the agent never gets back (they stay in grader/ledger.jsonl). error_detail: a
+# failure's full story, which may quote the held-out split (rlbench.evaluation).
+PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance", "error_detail")
+# submissions.json lists this many of the most recent requests (its totals count them all): it is
+# rewritten on every request, and must not cost more the more requests there were. (The agent's
+# INSTRUCTIONS, rlbench.workspace, give this number.)
+SUBMISSIONS_SHOWN = 1000
+# Evaluations of the same weights killed by a signal while loading or generating (most likely out
+# of memory) that are answered as the grader's fault (503, retryable); the next is the model's (422).
+# (INSTRUCTIONS say "killed three times".)
+GRADER_FAULTS_RETRIED = 2
+ERROR_DETAIL_MAX_CHARS = 8000
 # A submission is a small JSON object; anything much bigger is a mistake (or an attack on memory).
 MAX_BODY_BYTES = 64 * 1024
 # An oversized body up to this size is read to its end and dropped before the 413 is sent: closing
@@ -134,6 +154,16 @@ class Grader:
         self._content_locks: dict[str, threading.Lock] = {}  # fingerprint -> in-flight lock (_score)
         self._content_locks_guard = threading.Lock()
         self._cache: dict[str, float] = {config.baseline_fingerprint: config.baseline_score}
+        self._kills: dict[str, int] = {}  # fingerprint -> evaluations killed while the model ran
+        # The agent's view of the recorded entries, kept up to date as each is recorded (entries
+        # never change once recorded), so that no request costs a pass over all the others.
+        self._views: dict[int, _View] = {}
+        self._request_ids: list[int] = []  # recorded requests' ids, ascending
+        self._submission_ids: list[int] = []  # those that are submissions (scores.json), ascending
+        self._submission_lines: list[str] = []  # their scores.json entries as JSON text, in the same order
+        self._reference_best: dict | None = None  # ledger.reference_best of the recorded entries
+        self._versions = {"scores.json": 0, "submissions.json": 0, "run_meta.json": 0}  # content changes
+        self._written: dict[str, int] = {}  # the version of each agent file last written
         if self.ledger_path.exists() and self.ledger_path.stat().st_size:
             raise RuntimeError(f"{self.ledger_path} holds an earlier attempt's submissions; archive it first")
         self.entries: list[dict] = []
@@ -169,6 +199,7 @@ class Grader:
         """Record the run's actual end (the agent has stopped) in run_meta.json."""
         with self._state_lock:
             self.end_time = int(end_time)
+            self._changed("run_meta.json")
             self._write_agent_files()
 
     def _write_timer(self) -> None:
@@ -177,20 +208,67 @@ class Grader:
         timer.chmod(0o755)
 
     def _write_agent_files(self) -> None:
-        write_json(self.config.workspace / "run_meta.json", self.run_meta())
-        recorded = [e for e in self.entries if not e.get("pending")]
-        view = reference_view(recorded)
-        write_json(self.config.workspace / "scores.json", view)
-        write_json(
-            self.config.workspace / "submissions.json",
-            {
-                "baseline_score": self.config.baseline_score,
-                "best": self._public(self.best) if self.best else None,
-                "total_submissions": len(view),
-                "requests": len(recorded),
-                "submissions": [self._public(e, "best", "total_submissions") for e in recorded],
-            },
+        """run_meta.json, scores.json and submissions.json, each when it changed since last written.
+
+        Not fsync'd (the ledger is; these are derived from it), atomic all the same. scores.json
+        is the reference's: every submission, in order; submissions.json lists the most recent
+        SUBMISSIONS_SHOWN requests, with totals over all of them."""
+        files = {
+            "run_meta.json": lambda: json.dumps(self.run_meta(), indent=2, sort_keys=True) + "\n",
+            "scores.json": lambda: encoded_list(self._submission_lines, 0) + "\n",
+            "submissions.json": self._submissions_json,
+        }
+        for name, text in files.items():
+            version = self._versions[name]
+            if self._written.get(name) != version:
+                write_text(self.config.workspace / name, text(), durable=False)
+                self._written[name] = version
+
+    def _submissions_json(self) -> str:
+        shown = self._request_ids[-SUBMISSIONS_SHOWN:]
+        head = {
+            "baseline_score": self.config.baseline_score,
+            "best": self._public(self.best) if self.best else None,
+            "total_submissions": len(self._submission_ids),
+            "requests": len(self._request_ids),
+            "submissions_shown": len(shown),  # the most recent requests; older ones are in the totals only
+        }
+        listed = encoded_list([self._views[i].public_json for i in shown], 2)
+        return json.dumps(head, indent=2, sort_keys=True)[:-2] + f',\n  "submissions": {listed}\n}}\n'
+
+    def _changed(self, *names: str) -> None:
+        for name in names:
+            self._versions[name] += 1
+
+    def _index(self, entry: dict) -> None:
+        """Add a recorded entry (or its replacement) to the agent's view: its scores.json and
+        submissions.json forms, encoded once, the ordered ids, the reference's best."""
+        sid = entry["submission_id"]
+        old = self._views.get(sid)
+        reference = reference_entry(entry) if is_submission(entry) else None
+        self._views[sid] = _View(
+            reference=reference,
+            reference_json=_encode(reference) if reference is not None else "",
+            public_json=_encode(self._public(entry, "best", "total_submissions")),
         )
+        if old is None:
+            bisect.insort(self._request_ids, sid)
+        was_submission = old is not None and old.reference is not None
+        at = bisect.bisect_left(self._submission_ids, sid)
+        if reference is not None and not was_submission:
+            self._submission_ids.insert(at, sid)
+            self._submission_lines.insert(at, self._views[sid].reference_json)
+        elif reference is not None:
+            self._submission_lines[at] = self._views[sid].reference_json
+        elif was_submission:
+            del self._submission_ids[at], self._submission_lines[at]
+        if was_submission:  # a replaced entry may have been the best: rare, so recomputed
+            self._reference_best = None
+            for i in self._submission_ids:
+                self._reference_best = _better(self._views[i].reference, self._reference_best)
+        elif reference is not None:
+            self._reference_best = _better(reference, self._reference_best)
+        self._changed("submissions.json", *(["scores.json"] if reference is not None or was_submission else []))
 
     @staticmethod
     def _public(entry: dict, *also: str) -> dict:
@@ -268,9 +346,12 @@ class Grader:
             gpus = self._gpus_for(payload.get("gpu"))
             entry["gpu"] = ",".join(gpus) or None
             model_dir = resolve_submission(self.config.workspace, model_path)
-            inspect_checkpoint(model_dir)
+            # Copied first, following no link; from here on only the copy is read (grader.checks).
+            copy = self.snapshots / f"{submission_id:04d}" / "model"
+            names = snapshot_checkpoint(self.config.workspace, model_dir, copy)
+            inspect_checkpoint(copy, names)
             entry["resolved_path"] = str(model_dir.relative_to(os.path.realpath(self.config.workspace)))
-            entry.update(self._score(submission_id, model_dir, gpus, held))
+            entry.update(self._score(submission_id, copy, gpus, held))
             entry["status"] = "cached" if entry["cached"] else "scored"
         except SubmissionRefused as refused:
             status = refused.status
@@ -280,6 +361,8 @@ class Grader:
         except EvaluationError as failure:  # the submitted model's fault
             status = 422
             entry.update(status="failed", reason="evaluation_failed", error=str(failure))
+            if failure.detail:
+                entry["error_detail"] = failure.detail
         except Exception as exc:  # noqa: BLE001 - GraderFault or a bug: the grader's fault, not the model's
             status = self._grader_error(entry, exc)
         self._finish_times(entry, received)
@@ -288,7 +371,9 @@ class Grader:
     def _grader_error(self, entry: dict, exc: BaseException) -> int:
         """Turn entry into a grader error (retryable, not counted against the agent); the HTTP status."""
         if isinstance(exc, GraderFault):
-            print(f"grader: submission {entry['submission_id']}: {exc}", file=sys.stderr)
+            print(f"grader: submission {entry['submission_id']}: {exc.detail or exc}", file=sys.stderr)
+            if exc.detail:
+                entry["error_detail"] = exc.detail
         else:
             traceback.print_exception(exc, file=sys.stderr)
         entry.update(
@@ -334,7 +419,7 @@ class Grader:
         with self._content_locks_guard:
             return self._content_locks.setdefault(digest, threading.Lock())
 
-    def _score(self, submission_id: int, model_dir: Path, gpus: list[str], held: ExitStack) -> dict:
+    def _score(self, submission_id: int, model_copy: Path, gpus: list[str], held: ExitStack) -> dict:
         """Score a checkpoint, evaluating each distinct content once.
 
         Lock order: the content's in-flight lock, then the cache, then the GPU locks. Concurrent
@@ -342,12 +427,13 @@ class Grader:
         answered from the cache, instead of each running a full evaluation. The content lock is
         entered into `held`, released once the entry is recorded. Nobody takes a content lock
         while holding a GPU lock, so the two orders never cross. Failures are not cached: a
-        waiter behind a failed evaluation evaluates again."""
-        pending = self.snapshots / f"{submission_id:04d}"
-        # Score a private copy: the agent may overwrite its directory while we evaluate.
-        snapshot_checkpoint(model_dir, pending / "model")
+        waiter behind a failed evaluation evaluates again.
+
+        model_copy: the grader's copy of the checkpoint (snapshot_checkpoint), in its submission's
+        snapshot directory: the agent may overwrite its own directory while we evaluate."""
+        pending = model_copy.parent
         self._snapshot_code(pending / "code")
-        digest = fingerprint(pending / "model")
+        digest = fingerprint(model_copy)
         held.enter_context(self._content_lock(digest))
         result = {"fingerprint": digest, "cached": digest in self._cache}
         if result["cached"]:
@@ -356,16 +442,12 @@ class Grader:
             with ExitStack() as gpu_locks:
                 for lock in self._locks_for(gpus):
                     gpu_locks.enter_context(lock)
-                outcome = run_in_child(
-                    self.config.task_settings,
-                    pending / "model",
-                    self.config.eval_dir,
-                    self.config.evaluation,
-                    pending / "eval",
-                    gpu=",".join(gpus) or None,
-                )
-            score = outcome["score"]
-            result.update(eval_seconds=outcome["eval_seconds"], n=outcome["n"], correct=outcome["correct"])
+                outcome = self._evaluate(digest, model_copy, pending / "eval", gpus)
+            score = float(outcome["score"])
+            # Numbers only: the child's result also holds the completions, which may quote the split.
+            result.update(
+                eval_seconds=float(outcome["eval_seconds"]), n=int(outcome["n"]), correct=int(outcome["correct"])
+            )
             self._cache[digest] = score  # only successes are cached; failures are retried
         result.update(
             score=float(score),
@@ -373,16 +455,51 @@ class Grader:
         )
         return result
 
+    def _evaluate(self, digest: str, model_copy: Path, work_dir: Path, gpus: list[str]) -> dict:
+        """run_in_child, with a bound on the grader faults one content may cause.
+
+        A child killed by a signal while the model was loaded or run is a grader error (retryable):
+        the machine may have been short of memory for other reasons. But the same weights killed
+        again and again are most likely too big for it: after GRADER_FAULTS_RETRIED such kills the
+        next one is answered as the model's failure (422), so that an agent cannot be told to
+        retry it forever. Called with the content's lock held: the count is per content."""
+        try:
+            return run_in_child(
+                self.config.task_settings,
+                model_copy,
+                self.config.eval_dir,
+                self.config.evaluation,
+                work_dir,
+                gpu=",".join(gpus) or None,
+            )
+        except GraderFault as fault:
+            if not fault.killed_with_model:
+                raise
+            kills = self._kills[digest] = self._kills.get(digest, 0) + 1
+            if kills <= GRADER_FAULTS_RETRIED:
+                left = GRADER_FAULTS_RETRIED - kills + 1
+                raise GraderFault(
+                    f"{fault}; if the evaluation of these weights is killed {left} more time(s), that will be "
+                    "reported as a failure of the model (too big for the memory it is given?)",
+                    fault.detail,
+                    signal_name=fault.signal_name,
+                    phase=fault.phase,
+                ) from None
+            raise EvaluationError(
+                f"the evaluation of these weights was killed {kills} times ({fault.signal_name} while {fault.phase}), "
+                "most likely because it ran out of memory; it is no longer retried as a grader error: make sure the "
+                "model loads and generates within one evaluation GPU's memory (its size, dtype and configuration) "
+                "and submit the new weights",
+                fault.detail or str(fault),
+            ) from None
+
     def _snapshot_code(self, dest: Path) -> None:
-        """The agent's code at submission time (small text files only)."""
-        source = self.config.workspace / "code"
-        if not source.is_dir():
-            return
-        for path in sorted(source.rglob("*")):
-            if path.is_file() and not path.is_symlink() and path.stat().st_size <= CODE_SNAPSHOT_MAX_BYTES:
-                target = dest / path.relative_to(source)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
+        """The agent's code at submission time (small files only, bounded, no link followed:
+        grader.checks.snapshot_code); an audit record, so its failures are logged, not raised."""
+        try:
+            snapshot_code(self.config.workspace, dest)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
 
     def _record(self, status: int, entry: dict) -> tuple[int, dict]:
         """Ledger (fsync'd), best snapshot and the agent's files; returns (status, response body).
@@ -420,6 +537,8 @@ class Grader:
         entry = json_safe(entry)
         if isinstance(entry.get("error"), str):
             entry["error"] = safe_text(entry["error"], ERROR_MAX_CHARS)
+        if isinstance(entry.get("error_detail"), str):
+            entry["error_detail"] = safe_text(entry["error_detail"], ERROR_DETAIL_MAX_CHARS)
         if entry.get("cached"):
             entry["repeat_of"] = self._earlier_result(entry)
         self.entries[entry["submission_id"] - 1] = entry
@@ -427,12 +546,11 @@ class Grader:
         return entry
 
     def _add_totals(self, entry: dict, best_too: bool = True) -> None:
-        recorded = [e for e in self.entries if not e.get("pending")]
-        if best_too:
-            best = reference_best(recorded)
-            if best is not None:  # the reference never answers "best": null
-                entry["best"] = best
-        entry["total_submissions"] = len(reference_view(recorded))
+        """Index the recorded entry (the agent's view) and give it the totals over all recorded."""
+        self._index(entry)
+        if best_too and self._reference_best is not None:  # the reference never answers "best": null
+            entry["best"] = dict(self._reference_best)
+        entry["total_submissions"] = len(self._submission_ids)
 
     def _after_record(self, entry: dict) -> None:
         """Best snapshot, last_submit_time and the agent's files; failures are logged, not raised."""
@@ -445,8 +563,11 @@ class Grader:
                 self.best = best
             elif pending.exists():
                 shutil.rmtree(pending)  # keep only the best checkpoint on disk
+            with suppress(OSError):
+                pending.parent.rmdir()  # a refusal's snapshot directory, left empty (no code snapshot)
             if is_submission(entry):
                 self.last_submit_time = max(self.last_submit_time or 0, int(entry["responded_at"]))
+                self._changed("run_meta.json")
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
         try:
@@ -486,16 +607,40 @@ class Grader:
 
     def health(self) -> dict:
         with self._state_lock:
-            recorded = [e for e in self.entries if not e.get("pending")]
             return {
                 "status": "ok",
                 "task": self.config.task_settings["name"],
                 "workspace": str(self.config.workspace),
                 "available_gpus": self.available_gpus,
                 "gpus": self.available_gpus,
-                "total_submissions": len(reference_view(recorded)),
+                "total_submissions": len(self._submission_ids),
                 "requests": len(self.entries),
             }
+
+
+@dataclass
+class _View:
+    """One recorded entry as the agent sees it: its scores.json entry (None when it is not a
+    submission) and that entry and its submissions.json entry as JSON text, encoded once."""
+
+    reference: dict | None
+    reference_json: str
+    public_json: str
+
+
+def _encode(value: object) -> str:
+    """One value as compact JSON text (the C encoder), keys sorted as write_json sorts them."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _better(candidate: dict, best: dict | None) -> dict:
+    """ledger.reference_best one entry at a time: the highest score, the first submission on a tie."""
+    if best is None:
+        return candidate
+    score, best_score = candidate.get("score") or 0.0, best.get("score") or 0.0
+    if score > best_score or (score == best_score and candidate["submission_id"] < best["submission_id"]):
+        return candidate
+    return best
 
 
 def parse_payload(body: bytes) -> object:
