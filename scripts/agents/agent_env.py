@@ -77,16 +77,27 @@ def time_left() -> float | None:
         return None
 
 
-def submit(checkpoint: Path) -> dict | None:
-    """POST /submit; returns the response when it carries a score, None on refusal or failure."""
+def submit(checkpoint: Path, retries: int = 3) -> dict | None:
+    """POST /submit; returns the response when it carries a score, None on refusal or failure.
+
+    A 503 with `retryable: true` is the grader's own fault (its evaluation process died), not the
+    model's: the contract says to submit again, after Retry-After seconds.
+    """
     rel = os.path.relpath(Path(checkpoint).resolve(), WORKSPACE)
-    try:
-        response = requests.post(f"{SERVER}/submit", json={"model_path": rel}, timeout=(10, 3600))
-        body = response.json() if response.content else {}
-    except Exception as exc:  # noqa: BLE001
-        log(f"submit {rel} failed: {exc!r}")
-        return None
-    log(f"submit {rel} -> HTTP {response.status_code}: {json.dumps(body)}")
+    for attempt in range(retries + 1):
+        try:
+            response = requests.post(f"{SERVER}/submit", json={"model_path": rel}, timeout=(10, 3600))
+            body = response.json() if response.content else {}
+        except Exception as exc:  # noqa: BLE001
+            log(f"submit {rel} failed: {exc!r}")
+            return None
+        log(f"submit {rel} -> HTTP {response.status_code}: {json.dumps(body)}")
+        if response.status_code == 503 and body.get("retryable") and attempt < retries:
+            wait = min(float(response.headers.get("Retry-After") or 5), 30.0)
+            log(f"the grader failed on its side; submitting {rel} again in {wait:.0f}s")
+            time.sleep(wait)
+            continue
+        break
     if response.ok and body.get("score") is not None and not body.get("error"):
         return body
     return None
