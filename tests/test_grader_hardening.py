@@ -24,31 +24,19 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 import requests
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from rlbench.evaluation import EvaluationError, GraderFault, _outcome
 from rlbench.grader import app as grader_app
 from rlbench.grader.app import MAX_BODY_BYTES
 from rlbench.jsonio import read_json, write_json
 from rlbench.ledger import MODEL_PATH_MAX_CHARS, is_submission, reference_view
+from test_grader import copy_model, perturb
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def copy_model(source: Path, dest: Path) -> Path:
-    shutil.copytree(source, dest)
-    for path in dest.rglob("*"):
-        path.chmod(0o644)
-    return dest
-
-
-def perturb(model_dir: Path) -> None:
-    """One weight changed: new content, so a submission of it must really be evaluated."""
-    weights = load_file(model_dir / "model.safetensors")
-    name = sorted(weights)[0]
-    weights[name] = weights[name] + 0.01
-    save_file(weights, model_dir / "model.safetensors", metadata={"format": "pt"})
 
 
 def post_raw(server, body: bytes, path: str = "/submit", **kwargs) -> requests.Response:
