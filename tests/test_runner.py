@@ -162,3 +162,57 @@ def test_interrupted_runner_stops_the_agent_and_records_it(workspace, tiny_model
     runner.wait(timeout=60)
     assert read_json(workspace.parent / "run.json")["status"] == "interrupted"
     assert not psutil.pid_exists(agent_pid) or psutil.Process(agent_pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_interrupted_runner_does_not_wait_for_an_evaluation_in_flight(workspace, tiny_model, gsm8k_data, tmp_path):
+    """A cancelled job (Ctrl-C, a dead Snakemake) stops in seconds even while a long evaluation runs."""
+    import os
+    import pickle
+    import signal
+    import subprocess
+    import sys
+
+    from rlbench.tasks.base import EVAL_FILE
+
+    split = tmp_path / "fifo-split"
+    split.mkdir()
+    os.mkfifo(split / EVAL_FILE)  # the evaluation child blocks reading it: an evaluation that never ends
+    pid_file = workspace / "code" / "agent.pid"
+    script = (
+        'cp -r "$MODEL_PATH" output/v1 && echo new > output/v1/notes.txt && '  # new content: really evaluated
+        "(python3 -c \"import json,os,urllib.request as u; "
+        "u.urlopen(u.Request(os.environ['GRADING_SERVER_URL']+'/submit', "
+        "json.dumps({'model_path':'output/v1'}).encode()))\" &) ; "
+        f"echo $$ > {pid_file}; sleep 1000"
+    )
+    spec = spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", script], kill_grace_s=1)
+    spec.eval_dir = split
+    spec_file = tmp_path / "spec.pkl"
+    spec_file.write_bytes(pickle.dumps(spec))
+    runner = subprocess.Popen(
+        [sys.executable, "-c", f"import pickle,sys; sys.path.insert(0, {str(Path(__file__).parents[1] / 'scripts')!r}); "
+         f"from rlbench.runner import run_agent; run_agent(pickle.load(open({str(spec_file)!r}, 'rb')))"],
+    )
+
+    def evaluation_children() -> list[psutil.Process]:
+        try:
+            children = psutil.Process(runner.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        return [c for c in children if "rlbench.evaluation" in " ".join(c.cmdline())]
+
+    deadline = time.time() + 120
+    while not evaluation_children():
+        assert time.time() < deadline and runner.poll() is None, "no evaluation started"
+        time.sleep(0.2)
+    child = evaluation_children()[0]
+    time.sleep(1)
+    sent = time.time()
+    runner.send_signal(signal.SIGTERM)
+    runner.wait(timeout=60)
+    assert time.time() - sent < 20  # kill_grace_s of drain, a few seconds of shutdown: not the evaluation
+    run = read_json(workspace.parent / "run.json")
+    assert run["status"] == "interrupted"
+    child.wait(timeout=10)  # the abandoned evaluation died with its grader
+    entries = list(read_jsonl(workspace.parent / "grader" / "ledger.jsonl"))
+    assert all(not entry.get("pending") for entry in entries)  # every written line is a whole entry

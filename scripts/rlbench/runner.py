@@ -502,6 +502,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                 if proc is not None and proc.poll() is None:  # an unexpected exception left it running
                     kill_tree(proc, spec.kill_grace_s, marker, plan.backend == "bubblewrap")
                 strays = stop_strays(marker, plan.backend == "bubblewrap")
+        if status == "interrupted":  # nobody waits for the answers of evaluations still in flight
+            server.drain_timeout_s = spec.kill_grace_s
     end = time.time()
     grader.finish(end)  # run_meta.json's end_time: the agent has stopped, the server has drained
     scored = [e for e in grader.entries if is_scored(e)]

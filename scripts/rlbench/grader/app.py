@@ -600,10 +600,11 @@ class Grader:
         staging.rename(self.best_model_dir)
         write_json(self.config.grader_dir / "best.json", best)
 
-    def drain(self) -> None:
-        """Wait until no evaluation is in flight (used before the run is closed)."""
+    def drain(self, timeout_s: float | None = None) -> bool:
+        """Wait until no evaluation is in flight (used before the run is closed), at most timeout_s
+        seconds when given; True when none is left."""
         with self._idle:
-            self._idle.wait_for(lambda: self._inflight == 0)
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
 
     def health(self) -> dict:
         with self._state_lock:

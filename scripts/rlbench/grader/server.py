@@ -28,6 +28,9 @@ class GradingServer:
         config = uvicorn.Config(create_app(grader), log_level="warning", access_log=False, lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        # None: stop() waits for every evaluation in flight. An interrupted run sets a bound, so that a
+        # cancelled job (Ctrl-C, a dead Snakemake, scancel) does not hang on a long evaluation.
+        self.drain_timeout_s: float | None = None
 
     @property
     def url(self) -> str:
@@ -43,10 +46,13 @@ class GradingServer:
         return self
 
     def stop(self) -> None:
-        """Finish in-flight submissions, then shut down."""
-        self.grader.drain()
+        """Finish in-flight submissions (for at most drain_timeout_s, when set), then shut down.
+
+        An evaluation still running after that is abandoned: its request gets no answer and no
+        ledger line, and its child process dies with this one (rlbench.lifeline)."""
+        drained = self.grader.drain(self.drain_timeout_s)
         self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.thread.join(timeout=30 if drained else 5)
         self.socket.close()
 
     def __enter__(self) -> "GradingServer":
