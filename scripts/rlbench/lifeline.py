@@ -1,8 +1,8 @@
 """Processes that must not outlive the process that started them.
 
-A runner killed with -9 cannot stop what it started; these make the kernel (or a watchdog
-thread) do it: an evaluation child dies with its grader, a runner notices when the Snakemake
-that started it is gone.
+A runner killed with -9 cannot stop what it started; the kernel can: an evaluation child dies
+with its grader, and a runner gets SIGTERM when the Snakemake that started it is gone (the
+runner adds a watchdog for shells in between: rlbench.runner.stop_with_owner).
 """
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import threading
-import time
-from typing import Callable
 
 PR_SET_PDEATHSIG = 1
 
@@ -31,17 +28,3 @@ def die_with_parent(expected_parent: int, sig: int = signal.SIGKILL) -> bool:
     if os.getppid() != expected_parent:
         os._exit(128 + int(sig))
     return armed
-
-
-def watch_parent(on_orphaned: Callable[[], None], interval_s: float = 0.5) -> threading.Thread:
-    """Call on_orphaned() once, from a daemon thread, when this process's parent changes (it died)."""
-    parent = os.getppid()
-
-    def loop() -> None:
-        while os.getppid() == parent:
-            time.sleep(interval_s)
-        on_orphaned()
-
-    thread = threading.Thread(target=loop, name="parent-watchdog", daemon=True)
-    thread.start()
-    return thread
