@@ -1,5 +1,7 @@
 # The ledger (grader/ledger.jsonl) is read beside run.json rather than declared as an output:
 # Snakemake deletes a rerun job's outputs first, and an interrupted attempt's ledger must survive.
+# Also read beside run.json, not declared: grader/ (ledger, snapshots, code.git), the final
+# workspace (listing, model versions under output/, final code/) and resources.jsonl (the trace).
 rule collect_artifacts:
     input:
         run=run_path("run.json"),

@@ -1,4 +1,6 @@
-"""Rule collect_artifacts: what the run left behind (ledger, code, checkpoints, logs)."""
+"""Rule collect_artifacts: what the run left behind (ledger, code, checkpoints, logs), with the records
+of runtime recording: the final workspace state, every model version under output/ (fingerprinted
+without following links), the code revisions (grader/code.git) and the resource trace summary."""
 
 import sys
 from pathlib import Path

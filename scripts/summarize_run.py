@@ -1,7 +1,9 @@
 """Rule summarize_run: process metrics (summary.json) and the per-iteration report (summary.md, summary.jsonl).
 
 summary.json["metrics"] holds the paper's ten process metrics only (the reference's definitions);
-summary.json["metrics_extra"] holds ours. The ledger, the code snapshots (grader/) and
+summary.json["metrics_extra"] holds ours, and so do "mode" (the agent's operating mode, from
+workspace.json) and "mode_audit" (the mode judged against the training methods of the recorded
+code revisions, rlbench.modes). The ledger, the code revisions and snapshots (grader/) and
 run_meta.json (workspace/) are read beside run.json.
 """
 
@@ -23,9 +25,12 @@ summary, records = summarize(
     baseline=read_json(Path(snakemake.input.baseline)),
     level=snakemake.params.level,
     base_model=artifacts.get("base_model"),
+    mode=read_json(Path(snakemake.input.manifest)).get("mode"),
 )
 write_json(Path(snakemake.output.summary), summary)
 # Field order kept: the reference's fields first, as its summary.jsonl lists them.
 Path(snakemake.output.iterations).write_text("".join(json.dumps(jsonl_record(r)) + "\n" for r in records))
 Path(snakemake.output.markdown).write_text(summary_markdown(summary, records))
 print(f"{len(records)} iterations, route {summary['route']}, failure type {summary['failure_type']}", file=sys.stderr)
+if summary["mode_audit"]["violation"]:
+    print(f"mode {summary['mode']}: violation: {summary['mode_audit']['violations']}", file=sys.stderr)

@@ -16,13 +16,27 @@ exit_code, score, improvement, train_type, failure_type; our extra fields use ot
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import sys
+import tempfile
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
+from rlbench.grader.checks import _walk, open_directory_inside, snapshot_code, workspace_checkpoint_manifest
 from rlbench.jsonio import read_json, read_jsonl
 from rlbench.ledger import SCORED, is_scored, is_submission, iso_timestamp
+from rlbench.modes import FINAL, audit_mode
+from rlbench.recording import (
+    CODE_GIT,
+    CodeRepository,
+    RecordingError,
+    code_revisions,
+    summarize_trace,
+    workspace_usage,
+)
 
 # Route labels (SPEC §4). TRAINING_ROUTES are real training routes ("coding success").
 GRPO, PPO, DPO, SFT_ONLY, SFT_RL = "GRPO", "PPO", "DPO", "SFT-only", "SFT+RL"
@@ -71,6 +85,15 @@ _CONFIG_ASSIGN = re.compile(r"(?<![\w.])(" + "|".join(CONFIG_KEYS) + r")[\"']?\s
 SUCCESS, FAILED = "success", "failed"
 # summary.jsonl leaves out our long-text fields (the reference keeps it to quantifiable fields).
 JSONL_OMITTED = ("error", "key_config")
+# collect_artifacts: the model versions under output/ (directories holding a checkpoint), found
+# without following a link: at most this many, in a walk of at most this many entries, and the
+# bytes read to fingerprint them all (beyond: listed with sizes, fingerprint null).
+MODEL_VERSIONS_MAX = 200
+OUTPUT_WALK_MAX_ENTRIES = 100_000
+OUTPUT_WALK_MAX_DEPTH = 8
+MODEL_HASH_MAX_BYTES = 32 << 30
+# Files of the final workspace listed one by one in artifacts.json (all are counted).
+FINAL_LISTING_MAX = 2000
 
 
 # -- code --------------------------------------------------------------------------------------
@@ -100,7 +123,11 @@ def detect_route(code_dir: Path | None) -> str | None:
 
     SFT+RL is SFT plus an online RL method (GRPO/PPO); SFT before DPO stays DPO (a preference
     method, not online RL). Several RL methods: GRPO before PPO before DPO."""
-    methods = training_methods(code_dir)
+    return route_of(training_methods(code_dir))
+
+
+def route_of(methods: set[str]) -> str | None:
+    """detect_route's label for a set of training methods."""
     if methods & {"grpo", "ppo"} and "sft" in methods:
         return SFT_RL
     for method, label in (("grpo", GRPO), ("ppo", PPO), ("preference", DPO), ("sft", SFT_ONLY)):
@@ -511,17 +538,157 @@ def base_model_dir(workspace: Path, base_model: str | None = None) -> str | None
     return str(found[0].relative_to(workspace)) if len(found) == 1 else None
 
 
+def _checkpoint_dirs(workspace: Path) -> tuple[list[Path], bool]:
+    """The directories under workspace/output that hold a checkpoint (a config.json or a
+    *.safetensors regular file directly inside), found without following a link, sorted; and
+    whether the search stopped early (OUTPUT_WALK_MAX_ENTRIES, MODEL_VERSIONS_MAX)."""
+    root = Path(os.path.realpath(workspace))
+    try:
+        top = open_directory_inside(root, root / "output")
+    except (OSError, ValueError):
+        return [], False
+    found: set[Path] = set()
+    truncated = False
+    try:
+        walk = _walk(top, OUTPUT_WALK_MAX_DEPTH, skip_unreadable=True)
+        try:
+            for count, entry in enumerate(walk, 1):
+                if count > OUTPUT_WALK_MAX_ENTRIES or len(found) > MODEL_VERSIONS_MAX:
+                    truncated = True
+                    break
+                weights = entry.name == "config.json" or entry.name.endswith(".safetensors")
+                if weights and stat.S_ISREG(entry.st.st_mode):
+                    found.add(root / "output" / entry.rel.parent)
+        finally:
+            walk.close()
+    finally:
+        os.close(top)
+    dirs = sorted(found, key=lambda p: p.relative_to(root).parts)
+    return dirs[:MODEL_VERSIONS_MAX], truncated or len(dirs) > MODEL_VERSIONS_MAX
+
+
+def model_versions(workspace: Path, ledger: list[dict] | None = None, max_bytes: int = MODEL_HASH_MAX_BYTES) -> dict:
+    """Every checkpoint directory under workspace/output: path (relative to the workspace), files
+    (name, size, sha256), bytes, the fingerprint the grader would give it (grader.checks, no link
+    followed; null when over the byte budget or when a file was a link or unreadable: see
+    skipped/truncated), and the submissions whose weights it holds (`submitted_as`, by fingerprint)."""
+    workspace = Path(workspace)
+    root = Path(os.path.realpath(workspace))
+    dirs, truncated = _checkpoint_dirs(workspace)
+    by_fingerprint: dict[str, list[int]] = {}
+    for entry in ledger or []:
+        if entry.get("fingerprint") and isinstance(entry.get("submission_id"), int):
+            by_fingerprint.setdefault(entry["fingerprint"], []).append(entry["submission_id"])
+    versions, left = [], max_bytes
+    for directory in dirs:
+        manifest = workspace_checkpoint_manifest(workspace, directory, max_bytes=max(left, 0))
+        left -= manifest["bytes"]
+        versions.append(
+            {
+                "path": str(directory.relative_to(root)),
+                "files": manifest["files"],
+                "bytes": manifest["bytes"],
+                "fingerprint": manifest["fingerprint"],
+                "skipped": manifest["skipped"],
+                "truncated": manifest["truncated"],
+                "submitted_as": by_fingerprint.get(manifest["fingerprint"], []) if manifest["fingerprint"] else [],
+            }
+        )
+    return {"versions": versions, "truncated": truncated}
+
+
+def _revision_methods(grader_dir: Path, revision: str, tree: str, cache: dict[str, set[str]]) -> set[str] | None:
+    """training_methods of one code.git revision (exported to a temporary directory: its files
+    as committed, nothing of git's checkout machinery involved); None when it cannot be read.
+    cache: by tree (an unchanged code/ is read once)."""
+    repo = CodeRepository(Path(grader_dir) / CODE_GIT)
+    if tree in cache:
+        return cache[tree]
+    try:
+        with tempfile.TemporaryDirectory(prefix="rlbench-rev-") as tmp:
+            repo.export(revision, Path(tmp))
+            methods = training_methods(Path(tmp))
+    except (RecordingError, OSError, ValueError) as exc:
+        print(f"diagnostics: code revision {revision}: {exc}", file=sys.stderr)
+        return None
+    cache[tree] = methods
+    return methods
+
+
+def final_code_methods(workspace: Path) -> set[str]:
+    """training_methods of the workspace's final code/, read through the grader's link-free,
+    bounded copy (grader.checks.snapshot_code): the agent's links are not followed."""
+    with tempfile.TemporaryDirectory(prefix="rlbench-final-code-") as tmp:
+        snapshot_code(Path(workspace), Path(tmp) / "code")
+        return training_methods(Path(tmp) / "code")
+
+
+def code_methods(grader_dir: Path, ledger: list[dict]) -> tuple[list[tuple[int, set[str]]], str]:
+    """(submission_id, training methods) for every recorded request whose code was recorded, in
+    ledger order: from its code.git revision (`code_revision`), else from its code snapshot
+    directory; and the evidence used ("code revisions", "code snapshots", or both)."""
+    revisions, sources, cache = [], set(), {}
+    trees = {r["sha"]: r["tree"] for r in code_revisions(grader_dir)}
+    for entry in ledger:
+        sid = entry.get("submission_id")
+        if entry.get("pending") or not isinstance(sid, int):
+            continue
+        methods = None
+        revision = entry.get("code_revision")
+        if revision and revision in trees:
+            methods = _revision_methods(grader_dir, revision, trees[revision], cache)
+            if methods is not None:
+                sources.add("code revisions")
+        if methods is None:
+            code_dir = snapshot_code_dir(grader_dir, entry)
+            if code_dir is None:
+                continue
+            methods = training_methods(code_dir)
+            sources.add("code snapshots")
+        revisions.append((sid, methods))
+    evidence = " and ".join(sorted(sources)) or "no code recorded"
+    return revisions, evidence
+
+
+def audit_run_mode(
+    run_dir: Path,
+    mode: str | None,
+    ledger: list[dict],
+    baseline_fingerprint: str | None,
+    base_model: str | None,
+) -> dict:
+    """modes.audit_mode over the run's recorded code (code_methods) and its final code/ state;
+    "trained weights" are scored submissions of weights other than the base model's."""
+    run_dir = Path(run_dir)
+    workspace, grader = run_dir / "workspace", run_dir / "grader"
+    revisions, evidence = code_methods(grader, ledger)
+    if (workspace / "code").exists() or (workspace / "code").is_symlink():
+        revisions.append((FINAL, final_code_methods(workspace)))
+        evidence += " + final code/"
+    trained = any(
+        is_scored(e)
+        and not e.get("pending")
+        and not is_base_weights(e, baseline_fingerprint)
+        and not is_base_path(e, workspace, base_model)
+        for e in ledger
+    )
+    return audit_mode(mode, revisions, submitted_trained_weights=trained, evidence=evidence)
+
+
 def collect_artifacts(run_dir: Path, manifest: dict | None = None) -> dict:
-    """What a run left behind: submissions, code, model versions, best checkpoint, logs."""
+    """What a run left behind: submissions, code, model versions, best checkpoint, logs; and the
+    records of runtime recording: the final state of the workspace (files and bytes per top-level
+    directory, the first FINAL_LISTING_MAX files), every model version under output/ (models), the
+    code revisions (grader/code.git), the resource trace summary (resources.jsonl)."""
     workspace, grader = run_dir / "workspace", run_dir / "grader"
     run = read_json(run_dir / "run.json")
     ledger_path = grader / "ledger.jsonl"
     ledger = list(read_jsonl(ledger_path)) if ledger_path.exists() else []
     submissions = recorded_submissions(ledger)
-    output = workspace / "output"
-    versions = sorted(str(p.parent.relative_to(workspace)) for p in output.rglob("config.json")) if output.is_dir() else []
     best_model = grader / "best_model"
     log = workspace / "agent.log"
+    models = model_versions(workspace, ledger)
+    final_methods = final_code_methods(workspace)
     return {
         "status": run["status"],
         "requests": len(ledger),
@@ -529,12 +696,23 @@ def collect_artifacts(run_dir: Path, manifest: dict | None = None) -> dict:
         "scored_submissions": sum(1 for e in submissions if is_scored(e)),
         "base_model": base_model_dir(workspace, (manifest or {}).get("model")),
         "code_files": [str(p.relative_to(workspace)) for p in _code_files(workspace / "code")],
-        "model_versions": versions,
+        # Directories under output/ holding a config.json (no link followed); `models` has the detail.
+        "model_versions": [
+            v["path"] for v in models["versions"] if any(f["name"] == "config.json" for f in v["files"])
+        ],
         "best": run.get("best"),
         "best_model": str(best_model) if best_model.is_dir() else None,
         "snapshots": sorted(p.name for p in (grader / "snapshots").iterdir()) if (grader / "snapshots").is_dir() else [],
         "agent_log_bytes": log.stat().st_size if log.exists() else 0,
-        "final_code_route": detect_route(workspace / "code") or MISSING,
+        "final_code_route": route_of(final_methods) or MISSING,
+        # Ours, runtime recording:
+        "mode": (manifest or {}).get("mode"),
+        "final_state": workspace_usage(workspace, listing=FINAL_LISTING_MAX),
+        "models": models,
+        "code_revisions": [
+            {"sha": r["sha"], "submission": r["submission"], "time": r["time"]} for r in code_revisions(grader)
+        ],
+        "resources": summarize_trace(run_dir / "resources.jsonl"),
     }
 
 
@@ -545,11 +723,15 @@ def summarize(
     baseline: dict,
     level: str | None = None,
     base_model: str | None = None,
+    mode: str | None = None,
 ) -> tuple[dict, list[dict]]:
     """summary.json and the summary.jsonl records of one run directory.
 
     baseline: the grader's baseline (score, fingerprint); final: final.json; base_model:
-    models/<hf_id> (artifacts.json "base_model")."""
+    models/<hf_id> (artifacts.json "base_model"); mode: the agent's operating mode (its registry
+    entry, recorded in workspace.json; read from there when not given). summary.json's `mode` and
+    `mode_audit` (modes.audit_mode over the recorded code revisions) are ours, beside the
+    reference's fields."""
     run_dir = Path(run_dir)
     workspace, grader = run_dir / "workspace", run_dir / "grader"
     ledger_path = grader / "ledger.jsonl"
@@ -589,6 +771,19 @@ def summarize(
         "metrics": paper_metrics(submissions, meta, baseline.get("score"), workspace, base_model),
         "metrics_extra": extra_metrics(ledger, submissions, baseline.get("score"), baseline.get("fingerprint")),
     }
+    if mode is None and (run_dir / "workspace.json").is_file():
+        manifest = read_json(run_dir / "workspace.json")
+        mode = manifest.get("mode") if isinstance(manifest, dict) else None
+    summary["mode"] = mode or "free"
+    summary["mode_audit"] = audit_run_mode(run_dir, mode, ledger, baseline.get("fingerprint"), base_model)
+    # The paper's leaderboard groups by (scaffold, driver LLM, mode): the coding-agent tool and its driver for
+    # LLM agents (run.json `llm`), "reference" and no driver for the scripted reference agents. Token totals
+    # come from the run's LLM gateway.
+    llm = run.get("llm") if isinstance(run.get("llm"), dict) else {}
+    summary["scaffold"] = (llm.get("agent_tool") or {}).get("name") or "reference"
+    summary["driver"] = (llm.get("driver") or {}).get("model")
+    summary["tokens"] = llm.get("tokens")
+    summary["stopped_by"] = run.get("stopped_by")
     return summary, records
 
 
@@ -606,6 +801,25 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _mode_lines(summary: dict) -> list[str]:
+    """The operating mode and its audit: one line, and one more per violation."""
+    audit = summary.get("mode_audit")
+    if not audit:
+        return []
+    methods = ", ".join(audit["methods_used"]) or "none"
+    if not audit["violation"]:
+        return [f"- mode: {audit['mode']} (no violation; training methods in the code: {methods})"]
+    lines = [
+        f"- mode: {audit['mode']}: **MODE VIOLATION** "
+        f"(training methods in the code: {methods}; evidence: {audit['evidence']})"
+    ]
+    for violation in audit["violations"]:
+        where = violation["submission_id"]
+        where = "the run" if where is None else "final code/" if where == FINAL else f"submission {where}"
+        lines.append(f"  - {where}: {violation['why']}")
+    return lines
+
+
 def summary_markdown(summary: dict, records: list[dict]) -> str:
     """summary.md: the run at a glance, then one section per iteration."""
     labels, metrics = summary["labels"], summary["metrics"]
@@ -616,6 +830,7 @@ def summary_markdown(summary: dict, records: list[dict]) -> str:
         f"- status: {summary['status']} (exit code {_fmt(summary['exit_code'])})",
         f"- route: {summary['route']} (coding success: {yes[summary['coding_success']]}, "
         f"improvement success: {yes[summary['improvement_success']]})",
+        *_mode_lines(summary),
         f"- baseline {_fmt(summary['baseline'])}, best {_fmt(summary['best'])}, delta {_fmt(summary['delta'], True)}",
         f"- submissions: {summary['submissions']} ({summary['valid_submissions']} valid: score > 0; "
         f"{summary['scored_submissions']} evaluated), failure type: {summary['failure_type'] or 'none'}",

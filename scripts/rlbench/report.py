@@ -7,11 +7,35 @@ from pathlib import Path
 
 from rlbench.jsonio import read_json
 
-LEADERBOARD_COLUMNS = ("task", "level", "model", "agent", "seed", "baseline", "best", "delta", "submissions", "status")
+# scaffold: the coding-agent tool (claude-code, codex, ...) or "reference" for the scripted reference agents;
+# driver: the driver LLM's model name (blank for reference agents).
+# mode: the agent's operating mode (free, sft-only, rl-only); mode_violation: "yes" when the
+# recorded code broke it (summary.json mode_audit), blank for runs summarized before the audit.
+LEADERBOARD_COLUMNS = (
+    "task",
+    "level",
+    "model",
+    "agent",
+    "scaffold",
+    "driver",
+    "mode",
+    "seed",
+    "baseline",
+    "best",
+    "delta",
+    "submissions",
+    "status",
+    "mode_violation",
+)
 
 
 def _number(value: float | None, decimals: int) -> float | str:
     return "" if value is None else round(value, decimals)
+
+
+def _violation(summary: dict) -> str:
+    audit = summary.get("mode_audit")
+    return "" if not isinstance(audit, dict) else "yes" if audit.get("violation") else "no"
 
 
 def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
@@ -21,19 +45,23 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
         "level": summary["level"],
         "model": labels["model"],
         "agent": labels["agent"],
+        "scaffold": summary.get("scaffold") or "reference",
+        "driver": summary.get("driver") or "",
+        "mode": summary.get("mode") or "",
         "seed": labels["seed"],
         "baseline": _number(summary["baseline"], decimals),
         "best": _number(summary["best"], decimals),
         "delta": _number(summary["delta"], decimals),
         "submissions": summary["submissions"],
         "status": summary["status"],
+        "mode_violation": _violation(summary),
     }
 
 
 def write_leaderboard(summary_paths: list[Path], out: Path, decimals: int = 2) -> int:
     """leaderboard.csv from per-run summary.json files; returns the number of rows."""
     rows = [leaderboard_row(read_json(p), decimals) for p in summary_paths]
-    rows.sort(key=lambda r: (r["task"], r["model"], r["agent"], int(r["seed"])))
+    rows.sort(key=lambda r: (r["task"], r["model"], r["agent"], r["mode"], int(r["seed"])))
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=LEADERBOARD_COLUMNS)

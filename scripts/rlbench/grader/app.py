@@ -21,6 +21,11 @@ grader's fault after GRADER_FAULTS_RETRIED kills. The agent-visible files are de
 fsync'd ledger: rewritten atomically but without fsync, only when they change, from entries
 encoded once, and submissions.json lists the last SUBMISSIONS_SHOWN requests, so that a flood of
 requests costs each one about the same.
+
+Every submission that reaches scoring also leaves its audit records: the grader's copy of code/
+(snapshots/NNNN/code), committed to the shadow repository grader/code.git as "submission N" (the
+ledger's `code_revision`, null when git failed; see rlbench.recording), and
+snapshots/NNNN/checkpoint.json (the fingerprint, each checkpoint file's size and sha256, config.json).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rlbench.evaluation import EvaluationError, GraderFault, run_in_child
 from rlbench.grader.checks import (
     SubmissionRefused,
-    fingerprint,
+    checkpoint_manifest,
     gpu_order,
     inspect_checkpoint,
     requested_gpus,
@@ -65,6 +70,7 @@ from rlbench.ledger import (
     safe_text,
     stored_model_path,
 )
+from rlbench.recording import CODE_GIT, CodeRepository
 
 LEDGER = "ledger.jsonl"
 # Ledger fields the agent never gets back (they stay in grader/ledger.jsonl). error_detail: a
@@ -89,6 +95,8 @@ RETRY_AFTER_S = 5
 # The HTTP status of a grader error: "unavailable, try again", not a fault of the request.
 GRADER_ERROR_STATUS = 503
 ERROR_MAX_CHARS = 4000
+# checkpoint.json keeps config.json up to this size (null beyond: the fingerprint covers it anyway).
+CHECKPOINT_CONFIG_MAX_BYTES = 1 << 20
 
 # bash and date only: it must run inside the sandbox. Output as the reference's CLI wrappers print it.
 TIMER_SCRIPT = """\
@@ -146,6 +154,8 @@ class Grader:
         self.ledger_path = config.grader_dir / LEDGER
         self.snapshots = config.grader_dir / "snapshots"
         self.best_model_dir = config.grader_dir / "best_model"
+        # The agent's code at each submission that reaches scoring, one commit each (rlbench.recording).
+        self.code_repo = CodeRepository(config.grader_dir / CODE_GIT)
         self.available_gpus = sorted(config.gpus, key=gpu_order)
         self._state_lock = threading.Lock()
         self._idle = threading.Condition()
@@ -351,7 +361,7 @@ class Grader:
             names = snapshot_checkpoint(self.config.workspace, model_dir, copy)
             inspect_checkpoint(copy, names)
             entry["resolved_path"] = str(model_dir.relative_to(os.path.realpath(self.config.workspace)))
-            entry.update(self._score(submission_id, copy, gpus, held))
+            entry.update(self._score(submission_id, copy, gpus, held, entry))
             entry["status"] = "cached" if entry["cached"] else "scored"
         except SubmissionRefused as refused:
             status = refused.status
@@ -419,7 +429,9 @@ class Grader:
         with self._content_locks_guard:
             return self._content_locks.setdefault(digest, threading.Lock())
 
-    def _score(self, submission_id: int, model_copy: Path, gpus: list[str], held: ExitStack) -> dict:
+    def _score(
+        self, submission_id: int, model_copy: Path, gpus: list[str], held: ExitStack, entry: dict | None = None
+    ) -> dict:
         """Score a checkpoint, evaluating each distinct content once.
 
         Lock order: the content's in-flight lock, then the cache, then the GPU locks. Concurrent
@@ -430,10 +442,18 @@ class Grader:
         waiter behind a failed evaluation evaluates again.
 
         model_copy: the grader's copy of the checkpoint (snapshot_checkpoint), in its submission's
-        snapshot directory: the agent may overwrite its own directory while we evaluate."""
+        snapshot directory: the agent may overwrite its own directory while we evaluate. entry:
+        the submission's ledger entry, given its `code_revision` here (whatever happens next).
+        The code snapshot, its commit and checkpoint.json are audit records: they never fail the
+        submission."""
         pending = model_copy.parent
         self._snapshot_code(pending / "code")
-        digest = fingerprint(model_copy)
+        revision = self._commit_code(submission_id, pending / "code", (entry or {}).get("submitted_at"))
+        if entry is not None:
+            entry["code_revision"] = revision
+        manifest = checkpoint_manifest(model_copy)  # the fingerprint and each file's digest, one read
+        digest = manifest["fingerprint"]
+        self._write_checkpoint_record(pending, model_copy, manifest)
         held.enter_context(self._content_lock(digest))
         result = {"fingerprint": digest, "cached": digest in self._cache}
         if result["cached"]:
@@ -498,6 +518,31 @@ class Grader:
         grader.checks.snapshot_code); an audit record, so its failures are logged, not raised."""
         try:
             snapshot_code(self.config.workspace, dest)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
+
+    def _commit_code(self, submission_id: int, snapshot: Path, submitted_at: float | None) -> str | None:
+        """Commit the grader's copy of code/ (never the workspace itself) to grader/code.git as
+        "submission N", dated when the submission was received; its sha, or None (logged) when git
+        is missing or fails."""
+        try:
+            return self.code_repo.commit(snapshot, f"submission {submission_id}", submitted_at or time.time())
+        except Exception as exc:  # noqa: BLE001 - RecordingError or a bug: an audit record only
+            print(f"grader: submission {submission_id}: no code revision recorded: {exc}", file=sys.stderr)
+            return None
+
+    def _write_checkpoint_record(self, pending: Path, model_copy: Path, manifest: dict) -> None:
+        """snapshots/NNNN/checkpoint.json: the fingerprint, each checkpoint file's name, size and
+        sha256, and config.json (the copy's, already checked to be a JSON object); failures logged."""
+        try:
+            config_path = model_copy / "config.json"
+            try:
+                too_big = config_path.stat().st_size > CHECKPOINT_CONFIG_MAX_BYTES
+                config = None if too_big else json.loads(config_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError):
+                config = None
+            record = {**manifest, "config": config, "recorded_at": time.time()}
+            write_json(pending / "checkpoint.json", json_safe(record))
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
 

@@ -250,16 +250,115 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     return sorted(files)
 
 
+class _Fingerprint:
+    """The running fingerprint of a checkpoint (sha256 over each file's name and content, in
+    checkpoint_files order) and, when `per_file`, each file's own size and sha256, computed from
+    the same blocks in the same pass."""
+
+    def __init__(self, per_file: bool):
+        self.digest = hashlib.sha256()
+        self.per_file = per_file
+        self.files: list[dict] = []
+
+    def add(self, rel: PurePosixPath | Path, blocks: Iterator[bytes]) -> None:
+        self.digest.update(os.fsencode(rel) + b"\0")  # = str(rel).encode() for UTF-8 names; never raises
+        own = hashlib.sha256() if self.per_file else None
+        size = 0
+        for block in blocks:
+            self.digest.update(block)
+            if own is not None:
+                own.update(block)
+                size += len(block)
+        self.digest.update(b"\0")
+        if own is not None:
+            self.files.append({"name": str(rel), "size": size, "sha256": own.hexdigest()})
+
+
+def _blocks(handle) -> Iterator[bytes]:
+    while block := handle.read(1 << 20):
+        yield block
+
+
+def _fingerprint(model_dir: Path, per_file: bool) -> _Fingerprint:
+    running = _Fingerprint(per_file)
+    for rel in checkpoint_files(model_dir):
+        with open(model_dir / rel, "rb") as handle:
+            running.add(rel, _blocks(handle))
+    return running
+
+
 def fingerprint(model_dir: Path) -> str:
     """sha256 over the checkpoint's file names and contents; equal weights, equal fingerprint."""
-    digest = hashlib.sha256()
-    for rel in checkpoint_files(model_dir):
-        digest.update(os.fsencode(rel) + b"\0")  # = str(rel).encode() for UTF-8 names; never raises
-        with open(model_dir / rel, "rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return _fingerprint(model_dir, per_file=False).digest.hexdigest()
+
+
+def checkpoint_manifest(model_dir: Path) -> dict:
+    """The fingerprint (the same value as fingerprint()) and each checkpoint file's name, size and
+    sha256, all from one read of the files. For the grader's own copies (it follows no link in
+    model_dir's tree, as checkpoint_files, but checks nothing): see workspace_checkpoint_manifest
+    for a directory of the agent's."""
+    running = _fingerprint(model_dir, per_file=True)
+    return {"fingerprint": running.digest.hexdigest(), "files": running.files}
+
+
+def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: int | None = None) -> dict:
+    """checkpoint_manifest of a directory inside the agent's workspace, read as the grader reads a
+    submission: following no link (a checkpoint file that is a link, a FIFO or a device is left out
+    and named in `skipped`), each file opened relative to its directory with O_NOFOLLOW. The
+    fingerprint is the one the grader would give the same regular files (None when something was
+    skipped, unreadable, or when the files hold more than max_bytes: then `files` lists names and
+    sizes only, and `truncated` says why)."""
+    root = Path(os.path.realpath(workspace))
+    result: dict = {"fingerprint": None, "files": [], "skipped": [], "truncated": None}
+    try:
+        top = open_directory_inside(root, Path(os.path.realpath(model_dir)))
+    except (OSError, ValueError) as exc:
+        result["truncated"] = f"not a directory of the workspace ({exc.__class__.__name__})"
+        return result
+    running = _Fingerprint(per_file=True)
+    total = 0
+    try:
+        walk = _walk(top, CHECKPOINT_MAX_DEPTH, skip_unreadable=True)
+        try:
+            for entry in walk:
+                if stat.S_ISDIR(entry.st.st_mode) or not is_checkpoint_file(entry.name):
+                    continue
+                if not stat.S_ISREG(entry.st.st_mode):
+                    result["skipped"].append(str(entry.rel))
+                    continue
+                total += entry.st.st_size
+                if result["truncated"] is None and max_bytes is not None and total > max_bytes:
+                    result["truncated"] = f"more than {max_bytes} bytes: not hashed"
+                if result["truncated"] is not None:
+                    result["files"].append({"name": str(entry.rel), "size": entry.st.st_size, "sha256": None})
+                    continue
+                try:
+                    fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dir_fd)
+                except OSError:
+                    result["skipped"].append(str(entry.rel))
+                    continue
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        result["skipped"].append(str(entry.rel))
+                        continue
+                    os.set_blocking(fd, True)
+                    with os.fdopen(os.dup(fd), "rb") as handle:
+                        running.add(entry.rel, _blocks(handle))
+                except OSError:
+                    result["skipped"].append(str(entry.rel))
+                    result["truncated"] = result["truncated"] or "a file could not be read"
+                finally:
+                    os.close(fd)
+        finally:
+            walk.close()
+    finally:
+        os.close(top)
+    if result["truncated"] is None and not result["skipped"]:
+        result["fingerprint"] = running.digest.hexdigest()
+    result["files"] = running.files + result["files"]  # hashed, then those left unhashed
+    result["files"].sort(key=lambda f: PurePosixPath(f["name"]).parts)
+    result["bytes"] = total
+    return result
 
 
 # -- copies that follow no link ------------------------------------------------------------------
