@@ -33,6 +33,7 @@ record = run_agent(
         kill_grace_s=budget["kill_grace_s"],
         evaluation=config["evaluation"],
         sandbox_backend=config["sandbox"]["backend"],
+        network=config["sandbox"]["network"],
         # The whole results tree (held-out split, other runs' ledgers) is hidden from the agent.
         hidden_paths=[Path(snakemake.params.results)],
         # Snakemake runs jobs in its working directory: its .snakemake/ metadata (eval sizes, data seeds) and
