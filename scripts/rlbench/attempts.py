@@ -17,7 +17,9 @@ import psutil
 from rlbench.jsonio import read_json, write_json
 
 ATTEMPT_FILE = "attempt.json"
-ATTEMPT_PARTS = ("workspace", "grader", "run.json", ATTEMPT_FILE)
+# What one attempt leaves in its run directory: archived together when a new attempt starts (an LLM agent's
+# logs and prompt in agent/, the gateway's transcript and usage in gateway/, the network bridge's sockets).
+ATTEMPT_PARTS = ("workspace", "grader", "run.json", "agent", "gateway", "net", "resources.jsonl", ATTEMPT_FILE)
 RUN_MARKER = "RLBENCH_RUN_MARKER"
 
 

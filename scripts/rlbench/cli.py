@@ -4,6 +4,7 @@
     rlbench resume [--config FILE] [--cores N] [-- SNAKEMAKE ARGS...]
     rlbench status [--results DIR]
     rlbench report [--results DIR]
+    rlbench reconstruct RUN_DIR
 """
 
 from __future__ import annotations
@@ -119,6 +120,33 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+def setup_agents_command(args: argparse.Namespace) -> int:
+    from rlbench.config import ConfigError, Registries
+    from rlbench.setup_agents import SetupError, setup_agents
+
+    try:
+        failures = setup_agents(Registries.load().agents, args.agents, gateway=not args.no_gateway)
+    except (ConfigError, SetupError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for failure in failures:
+        print(f"error: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def reconstruct(args: argparse.Namespace) -> int:
+    """A run as its record tells it (rlbench.recording.reconstruct), as JSON on stdout."""
+    from rlbench.recording import reconstruct as reconstruct_run
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"no run directory at {run_dir}", file=sys.stderr)
+        return 1
+    json.dump(reconstruct_run(run_dir), sys.stdout, indent=2, default=str)
+    print()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlbench", description="Agent² RL-Bench: run the benchmark workflow.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -133,10 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     for name, helptext in (("status", "where every run stands"), ("report", "print the leaderboard")):
         sub = commands.add_parser(name, help=helptext)
         sub.add_argument("--results", default="results", help="the results directory (default: results)")
+    sub = commands.add_parser("setup-agents", help="install the pinned coding-agent tools and the LLM gateway (.tools/)")
+    sub.add_argument("agents", nargs="*", help="agent names from config/agents/ (default: every cli agent)")
+    sub.add_argument("--no-gateway", action="store_true", help="do not install the LLM gateway")
+    sub = commands.add_parser(
+        "reconstruct", help="a run from its record: prompt, transcript, code at each submission, scores"
+    )
+    sub.add_argument("run_dir", help="a run directory, results/runs/TASK/MODEL/AGENT/SEED")
     args = parser.parse_args(argv)
     if args.command in ("run", "resume") and args.snakemake[:1] == ["--"]:
         args.snakemake = args.snakemake[1:]
-    return {"run": run, "resume": resume, "status": status, "report": report}[args.command](args)
+    commands_by_name = {"run": run, "resume": resume, "status": status, "report": report}
+    commands_by_name["setup-agents"] = setup_agents_command
+    commands_by_name["reconstruct"] = reconstruct
+    return commands_by_name[args.command](args)
 
 
 if __name__ == "__main__":

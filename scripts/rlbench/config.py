@@ -79,14 +79,61 @@ def _fill_defaults(instance: dict, schema: dict) -> None:
             _fill_defaults(instance[key], sub)
 
 
+def _merged(base: dict, override: dict) -> dict:
+    """base with override's keys on top; nested objects merge, everything else is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _resolve_extends(raw: dict[str, dict], paths: dict[str, Path]) -> dict[str, dict]:
+    """Entries with `extends: <name>` merged onto that entry (chains allowed, cycles refused)."""
+    resolved: dict[str, dict] = {}
+
+    def resolve(name: str, seen: tuple[str, ...]) -> dict:
+        if name in resolved:
+            return resolved[name]
+        entry = raw[name]
+        parent = entry.get("extends") if isinstance(entry, dict) else None
+        if parent is not None:
+            if parent not in raw:
+                raise ConfigError(
+                    f"{paths[name]}: extends {parent!r}, which is not in {paths[name].parent}/; "
+                    f"allowed: {', '.join(sorted(n for n in raw if n != name))}"
+                )
+            if parent in seen:
+                raise ConfigError(f"{paths[name]}: extends forms a cycle: {' -> '.join((*seen, name, parent))}")
+            base = {k: v for k, v in resolve(parent, (*seen, name)).items() if k not in ("description", "extends")}
+            entry = _merged(base, entry)
+        resolved[name] = entry
+        return entry
+
+    for name in raw:
+        resolve(name, ())
+    return resolved
+
+
 def load_registry(kind: str, config_dir: Path = CONFIG_DIR) -> dict[str, dict]:
-    """All entries of one registry (config/<kind>/*.yaml), keyed by name, each validated."""
+    """All entries of one registry (config/<kind>/*.yaml), keyed by name, each validated.
+
+    An entry may start from another with `extends: <name>` (its keys override; objects merge)."""
     if kind not in REGISTRY_KINDS:
         raise ConfigError(f"unknown registry {kind!r}; allowed: {', '.join(REGISTRY_KINDS)}")
     schema = load_schema(_SCHEMA_FOR_KIND[kind])
-    entries: dict[str, dict] = {}
+    raw: dict[str, dict] = {}
+    paths: dict[str, Path] = {}
     for path in sorted((config_dir / kind).glob("*.yaml")):
-        entry = load_yaml(path)
+        raw[path.stem] = load_yaml(path)
+        paths[path.stem] = path
+    if "extends" in schema.get("properties", {}):
+        raw = _resolve_extends(raw, paths)
+    entries: dict[str, dict] = {}
+    for name, entry in raw.items():
+        path = paths[name]
         validate(entry, schema, f"registry entry {path}")
         if entry["name"] != path.stem:
             raise ConfigError(f"{path}: name {entry['name']!r} must equal the file name {path.stem!r}")

@@ -10,13 +10,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
 from rlbench import lifeline, sandbox
+from rlbench.adapters.session import CliSession, scrub_provider_keys
 from rlbench.attempts import (
     RUN_MARKER,
     archive_previous_attempt,
@@ -31,6 +33,7 @@ from rlbench.grader.server import GradingServer, new_secret
 from rlbench.jsonio import read_json, write_json
 from rlbench.ledger import is_scored
 from rlbench.provenance import provenance
+from rlbench.recording import ResourceSampler, tree_of
 from rlbench.workspace import rebuild_workspace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +54,7 @@ HOST_CACHE_VARS = (
     "XDG_CACHE_HOME",
     "XDG_DATA_HOME",
 )
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 PRIVATE_HOME = ".home"  # the agent's HOME, inside its workspace
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 
@@ -70,6 +74,9 @@ class RunSpec:
     kill_grace_s: float = 10.0
     evaluation: dict = field(default_factory=dict)
     sandbox_backend: str = "auto"
+    # sandbox.network: "isolated" (own network namespace; the grader and the agent's allow_ports bridged in) or
+    # "host" (the host's network).
+    network: str = "isolated"
     hidden_paths: list[Path] = field(default_factory=list)
     # Hidden like the repository, beside the home and caches: run_agent.py passes Snakemake's working directory
     # (its .snakemake/ metadata lists eval sizes and data seeds; with -d it is not the repository).
@@ -84,7 +91,7 @@ class RunSpec:
 class RunRecord:
     """run.json: what happened to one agent run."""
 
-    status: str  # completed | failed | timeout | error | interrupted
+    status: str  # completed | failed | timeout | error | interrupted | stopped
     # The exit status of the process the runner started, as Popen reports it (negative: killed by that signal).
     # Backend none: the agent's command itself. Backend bubblewrap: bwrap, which passes on its command's exit
     # code, reports a command killed by signal n as 128+n, and is itself what the runner SIGKILLs at the end of
@@ -117,6 +124,15 @@ class RunRecord:
     stray_processes: int = 0
     # Why an interrupted run stopped: the signal the runner got, and whether the Snakemake that started it was gone.
     interrupted_by: str | None = None
+    agent_kind: str = "script"  # script (a reference agent) or cli (a coding-agent tool driven by an LLM)
+    # status "stopped": why the runner ended the run early ({"kind": "llm_endpoint_dead" | "llm_limit", "detail"}).
+    stopped_by: dict | None = None
+    # kind cli: the tool and its version, the driver (no key), limits, token totals (from the gateway) and usage as
+    # the gateway and the tool's own log report it, where the prompt, the tool's logs and the transcript are.
+    llm: dict | None = None
+    # What the agent could reach: {"isolated": bool, "reachable": ["127.0.0.1:<port> (grader)", ...] or ["*"] when
+    # it shared the host's network, "note": str}.
+    network: dict = field(default_factory=dict)
 
 
 def visible_gpus() -> list[str]:
@@ -167,6 +183,14 @@ def visible_paths() -> list[Path]:
     return [*(Path(p) for p in prefixes), AGENTS_DIR]
 
 
+def refuse_provider_key(env: Mapping[str, str], argv: Sequence[str], driver: dict | None) -> None:
+    """Raise if the driver's real key would reach the sandbox (in an adapter's env or argv): only the gateway holds it."""
+    key_env = (driver or {}).get("key_env")
+    secret = os.environ.get(key_env, "") if key_env else ""
+    if len(secret) >= 8 and (any(secret in v for v in env.values()) or any(secret in a for a in argv)):
+        raise RuntimeError(f"the adapter would pass the provider key ({key_env}) into the sandbox; refused")
+
+
 def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
     """The agent's environment: the host's, minus Snakemake's and the host's cache locations, plus the contract."""
     workspace = spec.workspace.resolve()
@@ -193,6 +217,14 @@ def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
         TMPDIR="/tmp",
         PYTHONUNBUFFERED="1",
     )
+    # Loopback never goes through a proxy (the grader, the gateway and bridged ports are all on 127.0.0.1); in an
+    # isolated sandbox no proxy is reachable anyway, so none is passed on.
+    if spec.network == "isolated":
+        for var in PROXY_VARS:
+            env.pop(var, None)
+    local = "127.0.0.1,localhost,::1"
+    for var in ("NO_PROXY", "no_proxy"):
+        env[var] = ",".join(filter(None, [env.get(var), local]))
     # The run's interpreter first: a bare `python` in an agent's shell gets the packages it was promised
     # (the host's own PATH may lead to shims under the now hidden home).
     env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
@@ -345,21 +377,35 @@ def supervise(
     marker: str,
     stop: StopRequest | None = None,
     wrapped: bool = False,
+    check: Callable[[], object] | None = None,
+    check_every_s: float = 1.0,
 ) -> tuple[int | None, str]:
-    """Wait for the agent until the deadline; returns (exit code, 'exited' | 'timeout' | 'interrupted').
+    """Wait for the agent until the deadline; returns (exit code, 'exited' | 'timeout' | 'interrupted' | 'stopped').
 
     Whatever ends the wait, no process of the agent's tree outlives this call (detached daemons are left to the
     run's final sweep of the marker). `stop`: an installed StopRequest (one is installed for the call if None).
+    `check`: polled every check_every_s while the agent runs; a true value ends the run now ('stopped'), e.g.
+    the LLM gateway saying the driver endpoint is dead or a limit is reached.
     """
     if stop is None:
         with StopRequest() as own:
-            return supervise(proc, deadline, grace_s, marker, own, wrapped)
+            return supervise(proc, deadline, grace_s, marker, own, wrapped, check, check_every_s)
+    ending = "timeout"
     try:
         stop.waiting = True
         try:
             if stop.reason is not None:  # the signal came before the wait began
                 raise Interrupted(stop.reason)
-            return proc.wait(timeout=max(0.0, deadline - time.time())), "exited"
+            while True:
+                remaining = max(0.0, deadline - time.time())
+                try:
+                    return proc.wait(timeout=min(remaining, check_every_s) if check else remaining), "exited"
+                except subprocess.TimeoutExpired:
+                    if time.time() >= deadline:
+                        raise
+                if check is not None and check():
+                    ending = "stopped"
+                    break
         finally:
             stop.waiting = False
     except subprocess.TimeoutExpired:
@@ -430,7 +476,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
     if archive_previous_attempt(spec.run_dir) is not None:
         rebuild_workspace(read_json(spec.run_dir / "workspace.json"))
     grader_dir = spec.run_dir / "grader"
-    command = agent_command(spec.agent)
+    command = agent_command(spec.agent) if spec.agent.get("kind") != "cli" else []  # cli: planned by its adapter
     marker = new_secret()
     attempt = begin_attempt(spec.run_dir, marker)
     start = time.time()
@@ -458,7 +504,13 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
     )
     exit_code, timed_out, error, status, strays = None, False, None, "error", 0
     plan = sandbox.SandboxPlan("none", command, "not started")
-    problems = readiness_problems(spec.agent)
+    cli = None
+    if spec.agent.get("kind") == "cli":  # a coding-agent tool driven by an LLM through the run's gateway
+        cli = CliSession(spec.agent, spec.workspace, spec.run_dir, spec.time_limit_s, spec.workspace / PRIVATE_HOME)
+        problems = cli.readiness()
+    else:
+        problems = readiness_problems(spec.agent)
+    stopped_by: dict | None = None
     log_path = spec.workspace / "agent.log"
     with GradingServer(grader) as server:
         if problems:
@@ -468,29 +520,71 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
         else:
             proc = None
             try:
-                plan = sandbox.plan(
-                    command,
-                    spec.workspace,
-                    hidden=spec.hidden_paths,
-                    readonly_inside=[spec.workspace / "data", spec.workspace / "models"],
-                    backend=spec.sandbox_backend,
-                    visible=visible_paths(),
-                    masked=masked_paths(spec.masked_paths),
-                )
-                (spec.workspace / PRIVATE_HOME).mkdir(exist_ok=True)
-                with open(log_path, "ab") as log:
+                with ExitStack() as running:
+                    env = scrub_provider_keys(agent_env(spec, server.url, marker), spec.agent.get("driver"))
+                    visible = visible_paths()
+                    stdout_path, stderr_path = log_path, None
+                    if cli is not None:
+                        running.enter_context(cli)  # gateway up, launch planned, the tool's files written
+                        command = cli.argv
+                        env.update(cli.env)
+                        refuse_provider_key(env, command, spec.agent.get("driver"))
+                        visible += cli.visible
+                        stdout_path, stderr_path = cli.stdout_path, cli.stderr_path
+                    plan = sandbox.plan(
+                        command,
+                        spec.workspace,
+                        hidden=spec.hidden_paths,
+                        readonly_inside=[spec.workspace / "data", spec.workspace / "models"],
+                        backend=spec.sandbox_backend,
+                        visible=visible,
+                        masked=masked_paths(spec.masked_paths),
+                        network=sandbox.network_policy(
+                            spec.network,
+                            spec.run_dir / "net",
+                            {server.port: "grader", **(cli.ports if cli is not None else {})},
+                            extra=(spec.agent.get("network") or {}).get("allow_ports", []),
+                        ),
+                    )
+                    running.enter_context(plan.bridge())  # the network bridge's host side, while the agent runs
+                    (spec.workspace / PRIVATE_HOME).mkdir(exist_ok=True)
+                    log = running.enter_context(open(stdout_path, "ab"))
+                    err = running.enter_context(open(stderr_path, "ab")) if stderr_path else subprocess.STDOUT
                     proc = subprocess.Popen(
                         plan.argv,
                         cwd=spec.workspace,
-                        env=agent_env(spec, server.url, marker),
+                        env=env,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
-                        stderr=subprocess.STDOUT,
+                        stderr=err,
                         start_new_session=True,
                     )
-                    exit_code, ending = supervise(
-                        proc, grader.config.deadline, spec.kill_grace_s, marker, stop, plan.backend == "bubblewrap"
+                    # CPU, RAM, disk (and GPU memory where nvidia-smi exists) of the agent, sampled while it runs.
+                    running.enter_context(
+                        ResourceSampler(
+                            lambda: tree_of(proc.pid) + agent_processes(proc, marker),
+                            spec.workspace,
+                            spec.run_dir / "resources.jsonl",
+                            interval_s=5,
+                        )
                     )
+                    reason: list = []
+                    watch = None
+                    if cli is not None:
+                        watch = lambda: reason.append(cli.stop_reason()) or reason[-1]  # noqa: E731
+                    exit_code, ending = supervise(
+                        proc,
+                        grader.config.deadline,
+                        spec.kill_grace_s,
+                        marker,
+                        stop,
+                        plan.backend == "bubblewrap",
+                        check=watch,
+                    )
+                    if ending == "stopped":
+                        kind, detail = reason[-1]
+                        stopped_by = {"kind": kind, "detail": detail}
+                        error = f"the run was stopped: {detail}"
                 timed_out = ending == "timeout"
                 if ending == "exited":
                     status = "completed" if exit_code == 0 else "failed"
@@ -530,6 +624,11 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
         exit_signal=exit_signal(exit_code, plan.backend == "bubblewrap"),
         stray_processes=strays,
         interrupted_by=stop.reason if status == "interrupted" else None,
+        agent_kind=spec.agent.get("kind", "script"),
+        stopped_by=stopped_by,
+        network=plan.network,
     )
+    if cli is not None:
+        record.llm = cli.record()
     write_json(spec.run_dir / "run.json", asdict(record))
     return record

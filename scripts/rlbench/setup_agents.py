@@ -1,0 +1,141 @@
+"""`rlbench setup-agents`: install the pinned coding-agent tools and the LLM gateway under .tools/.
+
+Each registry entry of kind `cli` names its tool, pinned version and install recipe (an npm package spec, or
+pip requirements with a minimum Python). Tools go to .tools/npm/<tool>-<version>/ (npm --prefix) or
+.tools/venvs/<tool>-<version>/ (a venv of their own, so that their dependency pins never meet the harness's);
+the LLM gateway (LiteLLM proxy) to .tools/venvs/gateway/. RLBENCH_TOOLS_DIR moves the whole tree. An install
+is redone only when its recipe changed or it did not finish (the `.installed` marker holds the recipe).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from rlbench.adapters.base import install_prefix, tools_dir
+
+# The gateway's pin (../shared/GATEWAY.md: 1.108.7 is what `litellm[proxy]` resolves to from the registries
+# here; later versions' [proxy] extras need companion packages the index lacks).
+GATEWAY_REQUIREMENTS = ["litellm[proxy]==1.108.7"]
+MARKER = ".installed"
+
+
+class SetupError(RuntimeError):
+    pass
+
+
+def gateway_prefix() -> Path:
+    return tools_dir() / "venvs" / "gateway"
+
+
+def _done(prefix: Path, recipe: dict) -> bool:
+    try:
+        return json.loads((prefix / MARKER).read_text()) == recipe
+    except (OSError, ValueError):
+        return False
+
+
+def _run(argv: list[str], what: str) -> None:
+    print(f"  $ {' '.join(argv)}", flush=True)
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip()[-2000:]
+        raise SetupError(f"installing {what} failed (exit {done.returncode}):\n{tail}")
+
+
+def find_python(minimum: str | None) -> str:
+    """An interpreter of at least `minimum` (e.g. "3.12"): this one, python3.N on PATH, or a pyenv version."""
+    if not minimum:
+        return sys.executable
+    want = tuple(int(x) for x in minimum.split("."))
+    if sys.version_info[: len(want)] >= want:
+        return sys.executable
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(want[1], 20)]
+    pyenv_root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
+    candidates += sorted(glob.glob(f"{pyenv_root}/versions/3.*/bin/python3"), reverse=True)
+    for candidate in filter(None, candidates):
+        try:
+            out = subprocess.run(
+                [candidate, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and tuple(int(x) for x in out.stdout.strip().split(".")) >= want:
+            return candidate
+    raise SetupError(
+        f"no Python >= {minimum} found (looked for python3.{want[1]}+ on PATH and under {pyenv_root}/versions): "
+        f"install one (e.g. Debian 13's python3.13 + python3.13-venv, or `pyenv install {minimum}`) and rerun"
+    )
+
+
+def install_venv(prefix: Path, requirements: list[str], python: str, what: str) -> None:
+    recipe = {"pip": requirements, "python": python}
+    if _done(prefix, recipe):
+        print(f"{what}: already installed in {prefix}")
+        return
+    print(f"{what}: installing into {prefix}", flush=True)
+    shutil.rmtree(prefix, ignore_errors=True)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    _run([python, "-m", "venv", str(prefix)], what)
+    _run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirements], what)
+    (prefix / MARKER).write_text(json.dumps(recipe))
+
+
+def install_npm(prefix: Path, package: str, what: str) -> None:
+    recipe = {"npm": package}
+    if _done(prefix, recipe):
+        print(f"{what}: already installed in {prefix}")
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SetupError(f"{what} needs npm (and Node.js >= 20): install the nodejs and npm packages")
+    print(f"{what}: installing into {prefix}", flush=True)
+    shutil.rmtree(prefix, ignore_errors=True)
+    prefix.mkdir(parents=True, exist_ok=True)
+    _run([npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(prefix), package], what)
+    (prefix / MARKER).write_text(json.dumps(recipe))
+
+
+def install_tool(agent: dict) -> None:
+    tool = agent["tool"]
+    what = f"{tool['name']} {tool['version']}"
+    recipe = tool["install"]
+    if "npm" in recipe:
+        install_npm(install_prefix(tool), recipe["npm"], what)
+    else:
+        install_venv(install_prefix(tool), list(recipe["pip"]), find_python(recipe.get("python")), what)
+
+
+def setup_agents(agents: dict[str, dict], names: list[str] | None = None, gateway: bool = True) -> list[str]:
+    """Install the tools of the named cli agents (all when names is empty) and the gateway; returns failures."""
+    chosen = [a for a in agents.values() if a.get("kind") == "cli"]
+    if names:
+        unknown = [n for n in names if n not in agents]
+        if unknown:
+            raise SetupError(f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(sorted(agents))}")
+        chosen = [agents[n] for n in names if agents[n].get("kind") == "cli"]
+    failures = []
+    if gateway:
+        try:
+            install_venv(gateway_prefix(), GATEWAY_REQUIREMENTS, sys.executable, "LLM gateway (LiteLLM proxy)")
+        except SetupError as error:
+            failures.append(str(error))
+    seen = set()
+    for agent in chosen:
+        key = (agent["tool"]["name"], agent["tool"]["version"])
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            install_tool(agent)
+        except SetupError as error:  # one tool failing does not stop the others
+            failures.append(str(error))
+    return failures

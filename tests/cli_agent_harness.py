@@ -1,0 +1,128 @@
+"""Run a REAL coding-agent tool through the real runner, sandbox and LLM gateway, against a scripted LLM.
+
+The scripted endpoint (tests/fixtures/scripted_llm.py) plays a fixed script whatever the tool: run the
+reference training code (the sft reference agent, one step on the tiny model; it submits output/v1 itself),
+submit again with curl, then finish. Each adapter test checks what the issue asks: a ledger entry, a code
+snapshot commit, parsed token usage equal to the scripted usage, the transcript, and a bounded end on a
+dead endpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import EVALUATION, GSM8K_SETTINGS, REPO
+from rlbench.adapters import get_adapter
+from rlbench.config import Registries
+from rlbench.grader.checks import fingerprint
+from rlbench.jsonio import read_json, read_jsonl
+from rlbench.runner import AGENTS_DIR, RunSpec, run_agent
+
+FIXTURES = REPO / "tests" / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+from scripted_llm import ScriptedLLM, dead_port, read_log, summed_usage  # noqa: E402,F401
+SCRIPTED_KEY_ENV = "RLBENCH_TEST_SCRIPTED_KEY"  # a fake provider key, set by the tests
+
+TRAIN = (
+    f"mkdir -p code && cp {AGENTS_DIR}/sft_agent.py {AGENTS_DIR}/agent_env.py code/ && "
+    "SFT_ROUNDS=1 SFT_STEPS_PER_ROUND=1 SFT_BATCH_SIZE=2 python code/sft_agent.py"
+)
+SUBMIT = (
+    "curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H 'Content-Type: application/json' "
+    "-d '{\"model_path\": \"output/v1\"}'"
+)
+# The scripted run: train with the reference code, submit, finish (mini-swe-agent ends on its marker command).
+TRAIN_AND_SUBMIT = [
+    {"command": TRAIN},
+    {"command": SUBMIT},
+    {"finish": "Trained one SFT step and submitted output/v1.", "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
+]
+
+
+def cli_entry(name: str, base_url: str, **overrides) -> dict:
+    """The registry entry `name`, its driver pointed at the scripted endpoint (an OpenAI-compatible chat server)."""
+    entry = copy.deepcopy(Registries.load().agents[name])
+    entry["driver"] = {
+        "model": entry["driver"]["model"],  # the tool asks for its usual model name; the gateway maps it
+        "provider": "openai-compatible",
+        "upstream_model": "scripted",
+        "base_url": base_url,
+        "key_env": SCRIPTED_KEY_ENV,
+    }
+    entry.update(overrides)
+    return entry
+
+
+def require_tool(name: str) -> None:
+    """Skip (with what to run) when the tool or the gateway is not installed here."""
+    entry = Registries.load().agents[name]
+    problems = [p for p in get_adapter(entry["tool"]["name"]).readiness(entry) if "API key" not in p]
+    from rlbench.gateway.gateway import litellm_binary
+
+    if not litellm_binary().exists():
+        problems.append(f"the LLM gateway is not installed ({litellm_binary()}): run `make setup-agents`")
+    if problems:
+        pytest.skip("; ".join(problems))
+
+
+@dataclass
+class CliRun:
+    record: object
+    run_dir: Path
+    run: dict
+    ledger: list[dict]
+    upstream_log: list[dict]
+    seconds: float
+
+
+def run_cli(
+    workspace: Path,
+    tiny_model: Path,
+    gsm8k_data,
+    agent: dict,
+    upstream_log: Path,
+    time_limit_s: float = 300,
+    sandbox_backend: str = "auto",
+    monkeypatch=None,
+) -> CliRun:
+    """run_agent on the test workspace with `agent` (a cli entry), as run_agent.py would."""
+    if monkeypatch is not None:
+        monkeypatch.setenv(SCRIPTED_KEY_ENV, "sk-scripted-provider-key-never-in-the-sandbox")
+    spec = RunSpec(
+        run_dir=workspace.parent,
+        workspace=workspace,
+        task_settings=GSM8K_SETTINGS,
+        agent=agent,
+        hf_id="rlbench/tiny-qwen2",
+        eval_dir=gsm8k_data[1],
+        baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
+        time_limit_s=time_limit_s,
+        kill_grace_s=3,
+        evaluation=EVALUATION,
+        sandbox_backend=sandbox_backend,
+        hidden_paths=[gsm8k_data[1].parent],
+        labels={"task": "gsm8k", "model": "tiny", "agent": agent["name"], "seed": "0"},
+    )
+    started = time.time()
+    record = run_agent(spec)
+    run_dir = workspace.parent
+    ledger_path = run_dir / "grader" / "ledger.jsonl"
+    return CliRun(
+        record=record,
+        run_dir=run_dir,
+        run=read_json(run_dir / "run.json"),
+        ledger=list(read_jsonl(ledger_path)) if ledger_path.exists() else [],
+        upstream_log=list(read_jsonl(upstream_log)) if upstream_log.exists() else [],
+        seconds=time.time() - started,
+    )
+
+
+def scripted_usage(upstream_log: list[dict]) -> dict:
+    """What the scripted endpoint returned in all: the figures the gateway must report."""
+    return summed_usage(upstream_log)

@@ -1,0 +1,150 @@
+"""LLM agent registry entries: schema and `extends`, readiness before launch, keys kept out of the sandbox."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import EVALUATION, GSM8K_SETTINGS
+from rlbench.adapters import ADAPTERS, build_prompt, get_adapter
+from rlbench.adapters.session import PROVIDER_KEY_VARS, scrub_provider_keys
+from rlbench.config import ConfigError, Registries, load_registry
+from rlbench.grader.checks import fingerprint
+from rlbench.jsonio import read_json
+from rlbench.runner import RunSpec, refuse_provider_key, run_agent
+from rlbench.setup_agents import SetupError, find_python
+
+CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands", "mini-swe-agent")
+
+
+def test_every_tool_has_a_registry_entry_with_pinned_version_driver_and_install_recipe():
+    agents = Registries.load().agents
+    tools = {a["tool"]["name"] for a in agents.values() if a["kind"] == "cli"}
+    assert tools == set(ADAPTERS) == set(CLI_AGENTS)
+    for name in CLI_AGENTS:
+        entry = agents[name]
+        assert entry["tool"]["version"][0].isdigit()
+        assert entry["tool"]["install"]
+        assert entry["driver"]["model"] and entry["driver"]["provider"]
+        assert entry["mode"] in ("free", "sft-only", "rl-only")
+        assert get_adapter(entry["tool"]["name"]).tool == entry["tool"]["name"]
+
+
+def _registry(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / "agents").mkdir()
+    for name, text in files.items():
+        (tmp_path / "agents" / f"{name}.yaml").write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+BASE = """\
+    name: base
+    kind: cli
+    tool: {name: codex, version: 0.171.0, install: {npm: "@openai/codex@0.171.0"}}
+    driver: {model: gpt-5, provider: openai, key_env: OPENAI_API_KEY}
+    limits: {turns: 10}
+"""
+
+
+def test_one_yaml_file_extends_another_entry_and_overrides_nested_keys(tmp_path):
+    root = _registry(
+        tmp_path,
+        {
+            "base": BASE,
+            "local": """\
+                name: local
+                extends: base
+                mode: rl-only
+                driver: {provider: openai-compatible, base_url: "http://127.0.0.1:8000/v1", key_env: null}
+            """,
+        },
+    )
+    agents = load_registry("agents", root)
+    local = agents["local"]
+    assert local["mode"] == "rl-only" and local["kind"] == "cli"
+    assert local["driver"] == {
+        "model": "gpt-5",
+        "provider": "openai-compatible",
+        "base_url": "http://127.0.0.1:8000/v1",
+        "key_env": None,
+    }
+    assert local["tool"]["name"] == "codex" and local["limits"] == {"turns": 10}
+    assert agents["base"]["mode"] == "free"
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"a": "name: a\nextends: nowhere\ncommand: [x]\n"}, "extends 'nowhere', which is not in"),
+        ({"a": "name: a\nextends: b\n", "b": "name: b\nextends: a\n"}, "cycle"),
+        ({"a": "name: a\nkind: cli\ndriver: {model: m, provider: openai}\n"}, "tool"),
+        ({"a": BASE.replace("name: base", "name: a").replace("codex", "cursor", 1)}, "allowed values"),
+        ({"a": "name: a\nkind: script\n"}, "command"),
+        ({"a": BASE.replace("name: base", "name: a").replace("provider: openai", "provider: azure")}, "provider"),
+    ],
+)
+def test_bad_agent_entries_are_refused_with_the_key_and_what_is_allowed(tmp_path, files, message):
+    with pytest.raises(ConfigError, match=message):
+        load_registry("agents", _registry(tmp_path, files))
+
+
+def test_no_provider_key_reaches_the_agent_environment(monkeypatch):
+    env = {var: "secret-value" for var in PROVIDER_KEY_VARS}
+    env.update(MY_DRIVER_KEY="driver-secret", PATH="/usr/bin")
+    scrubbed = scrub_provider_keys(env, {"key_env": "MY_DRIVER_KEY"})
+    assert scrubbed == {"PATH": "/usr/bin"}
+    monkeypatch.setenv("MY_DRIVER_KEY", "sk-the-real-provider-key")
+    with pytest.raises(RuntimeError, match="provider key"):
+        refuse_provider_key({"X": "Bearer sk-the-real-provider-key"}, ["tool"], {"key_env": "MY_DRIVER_KEY"})
+    with pytest.raises(RuntimeError, match="provider key"):
+        refuse_provider_key({}, ["tool", "--key=sk-the-real-provider-key"], {"key_env": "MY_DRIVER_KEY"})
+    refuse_provider_key({"X": "the gateway's key"}, ["tool"], {"key_env": "MY_DRIVER_KEY"})
+
+
+def test_prompt_holds_instructions_description_mode_and_budget(workspace):
+    prompt = build_prompt(workspace, 3 * 3600 + 600, {"turns": 50, "tokens": None})
+    assert (workspace / "instructions.md").read_text().strip() in prompt
+    assert (workspace / "description.md").read_text().strip() in prompt
+    assert "3 h 10 min" in prompt and "turns 50" in prompt and "tokens" not in prompt.split("limited")[1][:40]
+
+
+@pytest.mark.parametrize("key", [None, "sk-ant-a-real-looking-key-123456"])
+def test_readiness_failure_stops_that_run_with_what_to_do_and_never_the_key(
+    workspace, tiny_model, gsm8k_data, monkeypatch, tmp_path, key
+):
+    monkeypatch.setenv("RLBENCH_TOOLS_DIR", str(tmp_path / "no-tools"))
+    if key is None:
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    agent = Registries.load().agents["claude-code"]
+    spec = RunSpec(
+        run_dir=workspace.parent,
+        workspace=workspace,
+        task_settings=GSM8K_SETTINGS,
+        agent=agent,
+        hf_id="rlbench/tiny-qwen2",
+        eval_dir=gsm8k_data[1],
+        baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
+        time_limit_s=30,
+        evaluation=EVALUATION,
+        sandbox_backend="none",
+    )
+    record = run_agent(spec)
+    run = read_json(workspace.parent / "run.json")
+    assert record.status == run["status"] == "error" and run["exit_code"] is None
+    assert "make setup-agents" in run["error"] and "gateway" in run["error"]
+    assert ("ANTHROPIC_API_KEY" in run["error"]) == (key is None)  # named when missing
+    assert run["agent_kind"] == "cli" and run["llm"]["agent_tool"]["pinned"] == "2.1.197"
+    if key:
+        assert all(key not in p.read_text(errors="replace") for p in workspace.parent.rglob("*") if p.is_file())
+
+
+def test_find_python_says_what_to_install_when_none_is_new_enough(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    with pytest.raises(SetupError, match=r"no Python >= 3\.99 found.*install one"):
+        find_python("3.99")
+    assert find_python(None)
