@@ -105,7 +105,7 @@ def test_claude_code_plan(tmp_path):
     for name in ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
                  "CLAUDE_CODE_SUBAGENT_MODEL"):
         assert env[name] == "claude-sonnet-4-5"
-    assert 1 <= int(env["CLAUDE_CODE_MAX_RETRIES"]) <= 3
+    assert int(env["CLAUDE_CODE_MAX_RETRIES"]) == 10  # the tool's default; tool.options.max_retries sets it
     assert env["BASH_MAX_TIMEOUT_MS"] == "7200000"  # a training command may run for the whole budget
     for name in ("DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"):
         assert env[name] == "1"
@@ -135,7 +135,7 @@ def test_codex_plan(tmp_path):
     assert provider["base_url"] == GATEWAY_URL + "/v1"
     assert provider["wire_api"] == "responses"
     assert env[provider["env_key"]] == GATEWAY_KEY
-    assert provider["request_max_retries"] <= 2 and provider["stream_max_retries"] <= 2
+    assert provider["request_max_retries"] == provider["stream_max_retries"] == 4  # bounded: not unbounded
     assert env["CODEX_HOME"] == str(ctx.home / ".codex")
     config = tomllib.loads(launch.files[ctx.home / ".codex" / "config.toml"])
     # The agent's shells keep the contract (GRADING_SERVER_URL...) but not *KEY* variables (the gateway key).
@@ -158,7 +158,7 @@ def test_gemini_cli_plan(tmp_path):
     settings = json.loads(launch.files[ctx.home / ".gemini" / "settings.json"])
     assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"  # else "Invalid auth method", exit 41
     assert settings["model"]["maxSessionTurns"] == 40
-    assert 1 <= settings["general"]["maxAttempts"] <= 3
+    assert settings["general"]["maxAttempts"] == 10
     assert settings["tools"]["shell"]["inactivityTimeout"] == 7200
     assert settings["privacy"]["usageStatisticsEnabled"] is False
     assert launch.files[ctx.workspace / "GEMINI.md"] == ctx.prompt
@@ -349,6 +349,7 @@ def test_real_tool_on_a_dead_endpoint_ends_in_bounded_time(tool, tmp_path, works
     assert run.run["llm"]["usage"]["tool"]["status"] in ("error", None)
 
 
+@pytest.mark.slow  # the runner bounds every run (test above); this checks the adapters' own retry settings
 @pytest.mark.parametrize("tool", TOOLS)
 def test_tool_alone_gives_up_on_a_dead_endpoint_within_seconds(tool, tmp_path, monkeypatch):
     """Without the runner watching the gateway, the adapter's own retry bounds end the tool (Codex would otherwise
@@ -360,6 +361,9 @@ def test_tool_alone_gives_up_on_a_dead_endpoint_within_seconds(tool, tmp_path, m
     harness.require_tool(tool)
     monkeypatch.setenv(harness.SCRIPTED_KEY_ENV, PROVIDER_KEY)
     ctx = context(tmp_path, tool)
+    # The tools' own retry defaults take minutes on a dead endpoint (the runner cuts that short); a small
+    # tool.options.max_retries must bound the tool by itself.
+    ctx.agent["tool"] = {**ctx.agent["tool"], "options": {"max_retries": 2}}
     adapter = get_adapter(tool)
     driver = {"model": ctx.gateway.model, "provider": "openai-compatible", "upstream_model": "scripted",
               "base_url": f"http://127.0.0.1:{dead_port()}/v1", "key_env": harness.SCRIPTED_KEY_ENV}

@@ -438,6 +438,14 @@ def test_mini_swe_agent_trains_submits_and_is_accounted_for(tmp_path, workspace,
     assert (tool["turns"], tool["input_tokens"], tool["output_tokens"]) == (
         expected["calls"], expected["input_tokens"], expected["output_tokens"])
     assert (run.run_dir / "agent" / "trajectory.json").exists()
+    # The run's directory alone tells the run: the prompt, the transcript, the code at each submission, scores.
+    from rlbench.recording import reconstruct
+
+    story = reconstruct(run.run_dir)
+    assert story["missing"] == [] and (run.run_dir / "agent" / "prompt.md").read_text().startswith(story["prompt"]["text"])
+    assert story["transcript"]["records"] == len(run.upstream_log)
+    scored = [s for s in story["submissions"] if s["status"] in ("scored", "cached")]
+    assert scored and all("sft_agent.py" in " ".join(s["code_files"]) and s["checkpoint"]["files"] for s in scored)
 
 
 @pytest.mark.parametrize("tool", TOOLS)

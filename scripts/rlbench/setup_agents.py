@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rlbench.adapters.base import install_prefix, tools_dir
@@ -29,6 +30,12 @@ class SetupError(RuntimeError):
     pass
 
 
+def say(line: str) -> None:
+    """One whole line (installs run in threads: their lines must not interleave)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def gateway_prefix() -> Path:
     return tools_dir() / "venvs" / "gateway"
 
@@ -41,7 +48,7 @@ def _done(prefix: Path, recipe: dict) -> bool:
 
 
 def _run(argv: list[str], what: str) -> None:
-    print(f"  $ {' '.join(argv)}", flush=True)
+    say(f"  $ {' '.join(argv)}")
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stdout + done.stderr).strip()[-2000:]
@@ -79,9 +86,9 @@ def find_python(minimum: str | None) -> str:
 def install_venv(prefix: Path, requirements: list[str], python: str, what: str) -> None:
     recipe = {"pip": requirements, "python": python}
     if _done(prefix, recipe):
-        print(f"{what}: already installed in {prefix}")
+        say(f"{what}: already installed in {prefix}")
         return
-    print(f"{what}: installing into {prefix}", flush=True)
+    say(f"{what}: installing into {prefix}")
     shutil.rmtree(prefix, ignore_errors=True)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     _run([python, "-m", "venv", str(prefix)], what)
@@ -92,12 +99,12 @@ def install_venv(prefix: Path, requirements: list[str], python: str, what: str) 
 def install_npm(prefix: Path, package: str, what: str) -> None:
     recipe = {"npm": package}
     if _done(prefix, recipe):
-        print(f"{what}: already installed in {prefix}")
+        say(f"{what}: already installed in {prefix}")
         return
     npm = shutil.which("npm")
     if npm is None:
         raise SetupError(f"{what} needs npm (and Node.js >= 20): install the nodejs and npm packages")
-    print(f"{what}: installing into {prefix}", flush=True)
+    say(f"{what}: installing into {prefix}")
     shutil.rmtree(prefix, ignore_errors=True)
     prefix.mkdir(parents=True, exist_ok=True)
     _run([npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(prefix), package], what)
@@ -114,28 +121,33 @@ def install_tool(agent: dict) -> None:
         install_venv(install_prefix(tool), list(recipe["pip"]), find_python(recipe.get("python")), what)
 
 
-def setup_agents(agents: dict[str, dict], names: list[str] | None = None, gateway: bool = True) -> list[str]:
-    """Install the tools of the named cli agents (all when names is empty) and the gateway; returns failures."""
+def setup_agents(
+    agents: dict[str, dict], names: list[str] | None = None, gateway: bool = True, jobs: int = 3
+) -> list[str]:
+    """Install the tools of the named cli agents (all when names is empty) and the gateway, `jobs` at a time (the
+    installs mostly wait on downloads and unpacking); returns the failures, one message each."""
     chosen = [a for a in agents.values() if a.get("kind") == "cli"]
     if names:
         unknown = [n for n in names if n not in agents]
         if unknown:
             raise SetupError(f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(sorted(agents))}")
         chosen = [agents[n] for n in names if agents[n].get("kind") == "cli"]
-    failures = []
+    tasks = []
     if gateway:
-        try:
-            install_venv(gateway_prefix(), GATEWAY_REQUIREMENTS, sys.executable, "LLM gateway (LiteLLM proxy)")
-        except SetupError as error:
-            failures.append(str(error))
+        tasks.append(lambda: install_venv(gateway_prefix(), GATEWAY_REQUIREMENTS, sys.executable, "LLM gateway (LiteLLM proxy)"))
     seen = set()
     for agent in chosen:
         key = (agent["tool"]["name"], agent["tool"]["version"])
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            install_tool(agent)
-        except SetupError as error:  # one tool failing does not stop the others
-            failures.append(str(error))
+        if key not in seen:
+            seen.add(key)
+            tasks.append(lambda agent=agent: install_tool(agent))
+    failures = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for future in [pool.submit(task) for task in tasks]:
+            try:  # one tool failing does not stop the others
+                future.result()
+            except SetupError as error:
+                failures.append(str(error))
+            except OSError as error:  # a full disk, a permission problem: say which, go on with the others
+                failures.append(f"{type(error).__name__}: {error}")
     return failures

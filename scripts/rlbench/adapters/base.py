@@ -101,6 +101,11 @@ class Adapter:
         found = shutil.which(self.binary) if tool.get("allow_path", False) else None
         return Path(found) if found else candidates[0 if "npm" in tool["install"] else 1]
 
+    @staticmethod
+    def option(agent: dict, name: str, default):
+        """A tool-specific setting from the entry's tool.options (e.g. max_retries), else the adapter's default."""
+        return (agent["tool"].get("options") or {}).get(name, default)
+
     def visible_paths(self, agent: dict) -> list[Path]:
         """What the sandbox must show for the tool to run: its install prefix (node itself is under /usr)."""
         return [install_prefix(agent["tool"])]

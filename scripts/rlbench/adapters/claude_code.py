@@ -8,7 +8,9 @@ Traps handled (AGENT_TOOLS.md §3):
 - every model name Claude may ask for (main, small/fast, haiku/sonnet/opus defaults, subagents) is the
   gateway's model, so side calls go to the driver under its own name (the gateway's wildcard entry would
   serve other names too, but the records would then name models nobody chose);
-- a dead endpoint is retried 10 times (about 190 s): CLAUDE_CODE_MAX_RETRIES bounds it;
+- a dead endpoint is retried 10 times (about 190 s): CLAUDE_CODE_MAX_RETRIES (tool.options.max_retries) sets
+  it; the tool's default is kept, since a real provider's passing 529s must not end a long run, and the runner
+  ends a run whose endpoint stops answering after a few calls anyway;
 - the Bash tool stops a command after 10 min at most: BASH_MAX_TIMEOUT_MS lets a training command run as
   long as the budget;
 - the `result` event is the only place with final counts (the per-block `assistant` events carry a
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from rlbench.adapters.base import Adapter, Collected, Launch, LaunchContext, context_file_text, read_jsonl_events
 
-MAX_RETRIES = 3  # per call (default 10, about 190 s on a dead endpoint); the runner ends a run whose calls keep failing
+MAX_RETRIES = 10  # per call, the tool's default (tool.options.max_retries); the runner ends a run whose endpoint is dead
 STDOUT = "stdout.jsonl"
 TRANSCRIPTS = "transcripts"  # under log_dir: copies of ~/.claude/projects/**/*.jsonl
 # result.subtype -> status, when is_error is true
@@ -71,7 +73,7 @@ class ClaudeCode(Adapter):
             "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
             "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
             "CLAUDE_CODE_SUBAGENT_MODEL": model,
-            "CLAUDE_CODE_MAX_RETRIES": str(MAX_RETRIES),
+            "CLAUDE_CODE_MAX_RETRIES": str(int(self.option(ctx.agent, "max_retries", MAX_RETRIES))),
             "BASH_MAX_TIMEOUT_MS": budget_ms,
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",

@@ -31,7 +31,9 @@ from rlbench.adapters.claude_code import keep_transcripts
 
 PROVIDER = "rlbench"
 KEY_ENV = "RLBENCH_GATEWAY_KEY"  # holds the gateway key; kept out of the shells (*KEY* is excluded)
-MAX_RETRIES = 2  # per request and per stream; the runner ends a run whose calls keep failing
+# Per request and per stream (tool.options.max_retries; Codex's own defaults are 4 and 5). Bounded either way:
+# unbounded_connection_retries is disabled, and the runner ends a run whose endpoint is dead.
+MAX_RETRIES = 4
 STDOUT = "stdout.jsonl"
 SESSIONS = "sessions"  # under log_dir: copies of $CODEX_HOME/sessions/**/rollout-*.jsonl
 
@@ -64,10 +66,11 @@ class Codex(Adapter):
     binary = "codex"
 
     def plan(self, ctx: LaunchContext) -> Launch:
+        retries = int(self.option(ctx.agent, "max_retries", MAX_RETRIES))
         provider = (
             f"{{name={toml_string('rlbench gateway')}, base_url={toml_string(ctx.gateway.url.rstrip('/') + '/v1')}, "
             f'wire_api="responses", env_key="{KEY_ENV}", '
-            f"request_max_retries={MAX_RETRIES}, stream_max_retries={MAX_RETRIES}}}"
+            f"request_max_retries={retries}, stream_max_retries={retries}}}"
         )
         overrides = [f"model_providers.{PROVIDER}={provider}", f"model_provider={toml_string(PROVIDER)}"]
         argv = [str(self.binary_path(ctx.agent)), "exec", "--json", "--skip-git-repo-check",

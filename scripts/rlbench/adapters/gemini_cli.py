@@ -8,7 +8,7 @@ Traps handled (AGENT_TOOLS.md §5):
   `model.maxSessionTurns` only works there, not in the project's .gemini/ (exit 53 when hit);
 - in an untrusted folder `--yolo` is silently downgraded to "default" approval: `--skip-trust` and
   GEMINI_CLI_TRUST_WORKSPACE=true; GEMINI_SANDBOX=false (the run's sandbox is the boundary);
-- a dead endpoint is retried 10 times (about 200 s): `general.maxAttempts` bounds it;
+- a dead endpoint is retried 10 times (about 200 s): `general.maxAttempts` (tool.options.max_retries) sets it;
 - a shell command silent for 5 min is killed: `tools.shell.inactivityTimeout` is the budget, so a quiet
   training command can run;
 - no update checks, telemetry or usage statistics;
@@ -24,7 +24,9 @@ from pathlib import Path
 from rlbench.adapters.base import Adapter, Collected, Launch, LaunchContext, context_file_text, read_jsonl_events
 from rlbench.adapters.claude_code import keep_transcripts
 
-MAX_ATTEMPTS = 3  # per call (default 10: about 200 s on a dead endpoint); the runner ends a run whose calls fail
+# Per call (tool.options.max_retries; the tool's default, 10, takes about 200 s on a dead endpoint, which the runner
+# cuts short: it ends a run whose endpoint stops answering after a few calls).
+MAX_ATTEMPTS = 10
 STDOUT = "stdout.jsonl"
 CHATS = "chats"  # under log_dir: copies of ~/.gemini/tmp/**/chats/*
 
@@ -58,7 +60,7 @@ class GeminiCli(Adapter):
         settings: dict = {
             "security": {"auth": {"selectedType": "gemini-api-key"}},
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False,
-                        "maxAttempts": MAX_ATTEMPTS},
+                        "maxAttempts": int(self.option(ctx.agent, "max_retries", MAX_ATTEMPTS))},
             "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False},
             "tools": {"shell": {"inactivityTimeout": max(int(ctx.time_limit_s), 300)}},
