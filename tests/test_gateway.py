@@ -788,7 +788,8 @@ def test_records_match_what_the_upstream_returned(exchanges, upstream):
     assert all(t["response"]["content"] is not None or t["response"]["tool_calls"] for t in transcript)
 
     config = yaml.safe_load((records_dir / "config.yaml").read_text())
-    assert config["model_list"][0]["litellm_params"]["api_key"] == f"os.environ/{KEY_ENV}"
+    # the key reaches the proxy under the gateway's own variable name (pass-through routes read the usual ones)
+    assert config["model_list"][0]["litellm_params"]["api_key"] == "os.environ/RLBENCH_GW_PROVIDER_KEY"
     assert_no_secret(records_dir, PROVIDER_KEY, gateway.key)
     assert_stopped(gateway)
     assert gateway.usage()["calls"] == 6  # still readable after exit
@@ -919,3 +920,25 @@ def test_a_dead_endpoint_is_given_up_at_once_but_a_transient_5xx_streak_only_aft
     assert bool(reason) == dead, reason
     if dead:
         assert "the last 3 LLM calls failed" in reason
+
+
+def test_pass_through_routes_find_no_provider_credential(tmp_path, monkeypatch):
+    """The proxy holds the provider key under a name of its own: LiteLLM's pass-through routes, which read the
+    providers' usual variables, cannot forward an agent's request to the provider past the records and limits."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-real-provider-key-0123456789")
+    with ScriptedLLM([{"finish": "ok"}], tmp_path / "up.jsonl") as upstream:
+        driver = {
+            "model": MODEL,
+            "provider": "openai-compatible",
+            "base_url": f"http://127.0.0.1:{upstream.port}/v1",
+            "key_env": "ANTHROPIC_API_KEY",
+        }
+        with LLMGateway(driver, tmp_path / "gateway") as gateway:
+            headers = {"Authorization": f"Bearer {gateway.key}"}
+            body = {"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+            r = httpx.post(f"{gateway.url}/anthropic/v1/messages", headers=headers, json=body, timeout=60, trust_env=False)
+            assert r.status_code >= 400 and "credential" in r.text
+            ok = httpx.post(f"{gateway.url}/v1/chat/completions", headers=headers, timeout=60, trust_env=False,
+                            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+            assert ok.status_code == 200  # the driver itself still gets the key
+    assert_no_secret(tmp_path / "gateway", "sk-ant-real-provider-key-0123456789", gateway.key)

@@ -82,8 +82,11 @@ PASS_ENV = (
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
 )
+# The variable that carries the provider key into the proxy (see __enter__).
+PROXY_KEY_VAR = "RLBENCH_GW_PROVIDER_KEY"
 # Set by the gateway itself; a driver's key_env must not name one of these.
 OWN_ENV = {
+    PROXY_KEY_VAR,
     "LITELLM_MASTER_KEY",
     "LITELLM_LOCAL_MODEL_COST_MAP",
     "LITELLM_MODE",
@@ -273,6 +276,11 @@ class LLMGateway:
                 "(run `rlbench setup-agents`)"
             )
         key_env, key = self._key_env()
+        # The proxy gets the key under a name of its own, never under the provider's usual variable: LiteLLM's
+        # pass-through routes (/anthropic/..., /openai/..., /gemini/...) pick those up and would forward an agent's
+        # request to the provider past the model routing, the limits and the records.
+        if key_env:
+            key_env = PROXY_KEY_VAR
         timeout_s = float(self.driver.get("timeout_s") or 600)
         config = proxy_config(self.driver, key_env, timeout_s)
         self.records_dir.mkdir(parents=True, exist_ok=True)
