@@ -148,3 +148,16 @@ def test_find_python_says_what_to_install_when_none_is_new_enough(monkeypatch, t
     with pytest.raises(SetupError, match=r"no Python >= 3\.99 found.*install one"):
         find_python("3.99")
     assert find_python(None)
+
+
+def test_an_npm_tool_sees_a_node_installed_under_the_masked_home(tmp_path, monkeypatch):
+    """nvm puts node under the home, which the sandbox masks: the adapter shows that installation read-only."""
+    node = tmp_path / "home" / ".nvm" / "versions" / "node" / "v22.1.0" / "bin" / "node"
+    node.parent.mkdir(parents=True)
+    node.write_text("#!/bin/sh\n")
+    node.chmod(0o755)
+    monkeypatch.setenv("PATH", str(node.parent))
+    agent = Registries.load().agents["codex"]
+    assert node.parent.parent in get_adapter("codex").visible_paths(agent)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the system's node (or none): nothing more to show
+    assert get_adapter("codex").visible_paths(agent) == get_adapter("codex").visible_paths(agent)[:1]

@@ -107,8 +107,15 @@ class Adapter:
         return (agent["tool"].get("options") or {}).get(name, default)
 
     def visible_paths(self, agent: dict) -> list[Path]:
-        """What the sandbox must show for the tool to run: its install prefix (node itself is under /usr)."""
-        return [install_prefix(agent["tool"])]
+        """What the sandbox must show for the tool to run: its install prefix, and for an npm tool the Node.js
+        installation when it is not the system's (nvm and the like put it under the home, which is masked)."""
+        paths = [install_prefix(agent["tool"])]
+        node = shutil.which("node") if "npm" in agent["tool"]["install"] else None
+        if node:
+            prefix = Path(node).resolve().parent.parent  # <prefix>/bin/node
+            if not any(prefix == Path(d) for d in ("/", "/usr", "/usr/local")):
+                paths.append(prefix)
+        return paths
 
     def version(self, agent: dict) -> str | None:
         """The installed version as the tool reports it (`--version`), or None when it cannot say."""
