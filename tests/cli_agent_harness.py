@@ -10,6 +10,7 @@ dead endpoint.
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import pytest
 
 from conftest import EVALUATION, GSM8K_SETTINGS, REPO
 from rlbench.adapters import get_adapter
+from rlbench.adapters.base import GatewayEndpoint, LaunchContext
 from rlbench.config import Registries
 from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json, read_jsonl
@@ -126,3 +128,52 @@ def run_cli(
 def scripted_usage(upstream_log: list[dict]) -> dict:
     """What the scripted endpoint returned in all: the figures the gateway must report."""
     return summed_usage(upstream_log)
+
+
+# -- plan() and collect() without running the tool ---------------------------------------------------------------
+
+LOGS = FIXTURES / "agent_logs"  # captured from real runs of each pinned tool (gateway + scripted endpoint)
+PROVIDER_KEY = "sk-provider-key-must-never-be-planned-0123456789"
+GATEWAY_KEY = "sk-gw-0123456789abcdef0123456789abcdef0123456789ab"
+GATEWAY_URL = "http://127.0.0.1:45678"
+STDOUT = {
+    "claude-code": "stdout.jsonl",
+    "codex": "stdout.jsonl",
+    "gemini-cli": "stdout.jsonl",
+    "opencode": "opencode.jsonl",
+    "openhands": "openhands.jsonl",
+    "mini-swe-agent": "mini.log",
+}
+
+
+def context(tmp_path: Path, name: str, turns: int | None = 40, time_limit_s: float = 7200, **limits) -> LaunchContext:
+    """A launch context for the registry entry `name`, as the runner builds it, with a fixed gateway."""
+    agent = dict(Registries.load().agents[name])
+    agent["limits"] = {"turns": turns, "tokens": None, "cost_usd": None, **limits}
+    workspace = tmp_path / "run" / "workspace"
+    (workspace / ".home").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "run" / "agent").mkdir(parents=True, exist_ok=True)
+    return LaunchContext(
+        agent=agent,
+        workspace=workspace,
+        home=workspace / ".home",
+        log_dir=tmp_path / "run" / "agent",
+        prompt="Train the model, then submit output/v1.\n",
+        gateway=GatewayEndpoint(url=GATEWAY_URL, key=GATEWAY_KEY, model=agent["driver"]["model"]),
+        time_limit_s=time_limit_s,
+    )
+
+
+def with_logs(tmp_path: Path, tool: str, case: str, **kw) -> LaunchContext:
+    """A context whose log_dir and home hold the captured logs of one case, as the runner leaves them."""
+    ctx = context(tmp_path, tool, **kw)
+    source = LOGS / tool / case
+    shutil.copyfile(source / STDOUT[tool], ctx.log_dir / STDOUT[tool])
+    if (source / "home").is_dir():
+        shutil.copytree(source / "home", ctx.home, dirs_exist_ok=True)
+    return ctx
+
+
+def option(argv: list[str], flag: str) -> str:
+    """The value after `flag` in argv."""
+    return argv[argv.index(flag) + 1]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_agent_harness import GATEWAY_KEY, GATEWAY_URL, LOGS, PROVIDER_KEY, STDOUT, context, option, with_logs  # noqa: F401
 from conftest import REPO
 from rlbench.adapters import get_adapter
 from rlbench.adapters.base import GatewayEndpoint, LaunchContext, install_prefix
@@ -31,42 +32,7 @@ from rlbench.ledger import is_scored
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))  # scripted_llm
 
-LOGS = REPO / "tests" / "fixtures" / "agent_logs"
-PROVIDER_KEY = "sk-provider-key-must-never-be-planned-0123456789"
-GATEWAY_KEY = "sk-gw-0123456789abcdef0123456789abcdef0123456789ab"
-GATEWAY_URL = "http://127.0.0.1:45678"
 TOOLS = ("claude-code", "codex", "gemini-cli")
-
-
-def context(tmp_path: Path, name: str, turns: int | None = 40, time_limit_s: float = 7200) -> LaunchContext:
-    agent = dict(Registries.load().agents[name])
-    agent["limits"] = {"turns": turns, "tokens": None, "cost_usd": None}
-    workspace = tmp_path / "run" / "workspace"
-    (workspace / ".home").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "run" / "agent").mkdir(parents=True, exist_ok=True)
-    return LaunchContext(
-        agent=agent,
-        workspace=workspace,
-        home=workspace / ".home",
-        log_dir=tmp_path / "run" / "agent",
-        prompt="Train the model, then submit output/v1.\n",
-        gateway=GatewayEndpoint(url=GATEWAY_URL, key=GATEWAY_KEY, model=agent["driver"]["model"]),
-        time_limit_s=time_limit_s,
-    )
-
-
-def with_logs(tmp_path: Path, tool: str, case: str, **kw) -> LaunchContext:
-    """A context whose log_dir and home hold the captured logs of one case, as the runner leaves them."""
-    ctx = context(tmp_path, tool, **kw)
-    source = LOGS / tool / case
-    shutil.copyfile(source / "stdout.jsonl", ctx.log_dir / "stdout.jsonl")
-    if (source / "home").is_dir():
-        shutil.copytree(source / "home", ctx.home, dirs_exist_ok=True)
-    return ctx
-
-
-def option(argv: list[str], flag: str) -> str:
-    return argv[argv.index(flag) + 1]
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -186,3 +186,12 @@ def read_jsonl_events(path: Path) -> list[dict]:
             if isinstance(event, dict):
                 events.append(event)
     return events
+
+
+def as_int(value) -> int | None:
+    """A count from a tool's log: ints and floats as int; anything else (bool, str, None) as None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    return None

@@ -34,7 +34,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rlbench.adapters.base import Adapter, Collected, Launch, LaunchContext, install_prefix
+from rlbench.adapters.base import Adapter, Collected, Launch, LaunchContext, as_int, install_prefix
 from rlbench.adapters.openhands import installed_version, venv_base_prefix
 
 STDOUT = "mini.log"  # rich text, not JSON
@@ -138,12 +138,12 @@ def parse_trajectory(trajectory, out: Collected) -> Collected:
             continue
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         responses += 1
-        sums["prompt"] += _int(usage.get("prompt_tokens")) or 0
-        sums["completion"] += _int(usage.get("completion_tokens")) or 0
+        sums["prompt"] += as_int(usage.get("prompt_tokens")) or 0
+        sums["completion"] += as_int(usage.get("completion_tokens")) or 0
         details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
-        sums["cached"] += _int(details.get("cached_tokens")) or 0
+        sums["cached"] += as_int(details.get("cached_tokens")) or 0
     out.input_tokens, out.output_tokens, out.cache_read_tokens = sums["prompt"], sums["completion"], sums["cached"]
-    calls = _int(stats.get("api_calls"))
+    calls = as_int(stats.get("api_calls"))
     out.turns = calls if calls is not None else responses
     cost = stats.get("instance_cost")
     out.cost_usd = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
@@ -158,11 +158,3 @@ def parse_trajectory(trajectory, out: Collected) -> Collected:
         out.status = "incomplete"  # the trajectory is saved after every step: the run was cut short
         out.error = "no exit_status in the trajectory: the run was cut short"
     return out
-
-
-def _int(value) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return int(value)
-    return None

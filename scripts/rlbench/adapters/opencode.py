@@ -39,7 +39,9 @@ import json
 import shutil
 from pathlib import Path
 
-from rlbench.adapters.base import Adapter, Collected, Launch, LaunchContext, context_file_text, read_jsonl_events
+from rlbench.adapters.base import (
+    Adapter, Collected, Launch, LaunchContext, as_int, context_file_text, read_jsonl_events,
+)
 
 PROVIDER = "gateway"  # the provider id in OpenCode's config: models are "gateway/<model>"
 KEY_ENV = "RLBENCH_GATEWAY_KEY"  # the gateway's per-run key, read by the config's {env:...}
@@ -145,10 +147,10 @@ def parse_events(events: list[dict], out: Collected) -> Collected:
     for part in steps:
         tokens = part.get("tokens") if isinstance(part.get("tokens"), dict) else {}
         cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-        sums["input"] += _int(tokens.get("input")) or 0
-        sums["output"] += _int(tokens.get("output")) or 0
-        sums["read"] += _int(cache.get("read")) or 0
-        sums["write"] += _int(cache.get("write")) or 0
+        sums["input"] += as_int(tokens.get("input")) or 0
+        sums["output"] += as_int(tokens.get("output")) or 0
+        sums["read"] += as_int(cache.get("read")) or 0
+        sums["write"] += as_int(cache.get("write")) or 0
         if isinstance(part.get("cost"), (int, float)):
             cost += float(part["cost"])
             priced = True
@@ -195,11 +197,3 @@ def keep_logs(source: Path, dest: Path, rel: str, pattern: str = "*.log") -> lis
             continue
         kept.append(f"{rel}/{path.name}")
     return kept
-
-
-def _int(value) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return int(value)
-    return None

@@ -41,7 +41,9 @@ import re
 import shutil
 from pathlib import Path
 
-from rlbench.adapters.base import Adapter, Collected, Launch, LaunchContext, install_prefix, read_jsonl_events
+from rlbench.adapters.base import (
+    Adapter, Collected, Launch, LaunchContext, as_int, install_prefix, read_jsonl_events,
+)
 
 LAUNCHER = Path(__file__).with_name("openhands_main.py")
 STDOUT = "openhands.jsonl"
@@ -171,15 +173,15 @@ class OpenHands(Adapter):
         conversation_dirs = find_conversations(persistence_dir(ctx), end.get("persistence_dir"))
         out.logs += keep_conversations(conversation_dirs, ctx.log_dir / EVENTS, EVENTS)
         metrics = end.get("metrics") if isinstance(end.get("metrics"), dict) else None
-        calls = _int(end.get("llm_calls"))
+        calls = as_int(end.get("llm_calls"))
         if metrics is None or metrics.get("accumulated_token_usage") is None:
             metrics, calls = persisted_metrics(conversation_dirs)
         if metrics is not None:
             usage = metrics.get("accumulated_token_usage") or {}
-            out.input_tokens = _int(usage.get("prompt_tokens"))
-            out.output_tokens = _int(usage.get("completion_tokens"))
-            out.cache_read_tokens = _int(usage.get("cache_read_tokens"))
-            out.cache_write_tokens = _int(usage.get("cache_write_tokens"))
+            out.input_tokens = as_int(usage.get("prompt_tokens"))
+            out.output_tokens = as_int(usage.get("completion_tokens"))
+            out.cache_read_tokens = as_int(usage.get("cache_read_tokens"))
+            out.cache_write_tokens = as_int(usage.get("cache_write_tokens"))
             cost = metrics.get("accumulated_cost")
             out.cost_usd = float(cost) if isinstance(cost, (int, float)) else None
         out.turns = calls
@@ -256,7 +258,7 @@ def persisted_metrics(dirs: list[Path]) -> tuple[dict | None, int | None]:
             found = True
             accumulated = metrics.get("accumulated_token_usage") or {}
             for key in usage:
-                usage[key] += _int(accumulated.get(key)) or 0
+                usage[key] += as_int(accumulated.get(key)) or 0
             if isinstance(metrics.get("accumulated_cost"), (int, float)):
                 cost += float(metrics["accumulated_cost"])
             if isinstance(metrics.get("token_usages"), list):
@@ -284,12 +286,4 @@ def conversation_error(dirs: list[Path]) -> dict | None:
                 continue
             if isinstance(event, dict) and event.get("kind") == "ConversationErrorEvent":
                 return event
-    return None
-
-
-def _int(value) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return int(value)
     return None
