@@ -397,3 +397,40 @@ def test_an_early_answer_to_a_huge_upload_is_not_lost(tmp_path):
     finally:
         server.close()
     assert done.stdout.strip() == "10 of 10", done.stdout + done.stderr
+
+
+CONNECT_UNIX = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+    print("connected", s.recv(16).decode())
+except OSError as error:
+    print("refused", type(error).__name__)
+"""
+
+
+@needs_netns
+def test_host_unix_sockets_under_run_are_hidden_from_an_isolated_agent(tmp_path, echo):
+    """A network namespace does not cover file-system sockets: a host daemon's socket under /run (D-Bus, a
+    database, docker.sock) must not be reachable from the sandbox."""
+    directory = Path("/run") / f"rlbench-test-{os.getpid()}"
+    try:
+        directory.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot create a socket under /run here ({error}); run the tests as root")
+    path = directory / "daemon.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(path))
+        server.listen(4)
+        threading.Thread(target=lambda: [c.sendall(b"host daemon") for c, _ in iter(server.accept, None)],
+                         daemon=True).start()
+        probe = [sys.executable, "-c", CONNECT_UNIX, str(path)]
+        assert subprocess.run(probe, capture_output=True, text=True).stdout.startswith("connected host daemon")
+        inside = sandboxed(probe, tmp_path, [echo])
+        assert inside.stdout.startswith("refused"), inside.stdout + inside.stderr
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)
+        directory.rmdir()

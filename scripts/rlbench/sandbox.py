@@ -29,7 +29,9 @@ for run.json.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -129,6 +131,32 @@ def network_namespace_available() -> tuple[bool, str]:
     if probe.returncode != 0:
         return False, f"bwrap cannot create a network namespace here: {probe.stderr.strip()[:200]}"
     return True, "network namespaces work"
+
+
+def host_sockets(root: str = "/run", max_depth: int = 4, limit: int = 500) -> list[Path]:
+    """Unix sockets under root (depth and count bounded; links not followed), which an isolated sandbox hides.
+    The NVIDIA persistence daemon's socket is left alone (CUDA may use it)."""
+    found: list[Path] = []
+
+    def walk(directory: str, depth: int) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for entry in entries:
+            if len(found) >= limit:
+                return
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < max_depth:
+                        walk(entry.path, depth + 1)
+                elif stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode) and "nvidia" not in entry.path:
+                    found.append(Path(entry.path))
+            except OSError:
+                continue
+
+    walk(root, 1)
+    return found
 
 
 def _within(path: Path, other: Path) -> bool:
@@ -243,6 +271,11 @@ def plan(
         # masks (the run's directory sits in the hidden results), read-only: connecting to a socket does not write
         # to its file system.
         wrapped += ["--unshare-net", "--ro-bind", str(network.socket_dir), str(network.socket_dir)]
+        # A network namespace does not cover Unix sockets on the file system: the host's daemons (D-Bus, a
+        # database, docker.sock) would stay reachable through /run. Each is replaced by /dev/null.
+        sockets = host_sockets()
+        for path in sockets:
+            wrapped += ["--ro-bind", "/dev/null", str(path)]
         script = network.socket_dir / SCRIPT_NAME
         bridge = [python, "-I", "-S", str(script), "inside", "--socket-dir", str(network.socket_dir)]
         for port in network.ports:
@@ -261,6 +294,8 @@ def plan(
             + (", ".join(reachable) or "none"),
         }
         note += "; network isolated: only " + (", ".join(reachable) or "its own loopback")
+        if sockets:
+            net["note"] += f"; {len(sockets)} host Unix socket(s) under /run hidden"
     elif network_refused:
         net = shared_network(f"NOT ISOLATED: {network_refused}")
         note += f"; NETWORK NOT ISOLATED: {network_refused}"
