@@ -161,3 +161,19 @@ def test_an_npm_tool_sees_a_node_installed_under_the_masked_home(tmp_path, monke
     assert node.parent.parent in get_adapter("codex").visible_paths(agent)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the system's node (or none): nothing more to show
     assert get_adapter("codex").visible_paths(agent) == get_adapter("codex").visible_paths(agent)[:1]
+
+
+def test_relative_run_paths_as_snakemake_passes_them_become_absolute(tmp_path, monkeypatch):
+    """Snakemake hands the runner relative paths; the gateway runs in its records directory and the tool in the
+    workspace, so every path a session or gateway hands on must be absolute (a relative config path once kept
+    the gateway from starting under Snakemake)."""
+    from rlbench.adapters.session import CliSession
+    from rlbench.gateway.gateway import LLMGateway
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = Path("results/runs/gsm8k/tiny/claude-code/0")
+    session = CliSession(Registries.load().agents["claude-code"], run_dir / "workspace", run_dir, 60, run_dir / "workspace" / ".home")
+    assert session.run_dir.is_absolute() and session.home.is_absolute() and session.log_dir.is_absolute()
+    assert session.home == tmp_path / run_dir / "workspace" / ".home"
+    gateway = LLMGateway({"model": "m", "provider": "openai-compatible", "base_url": "http://127.0.0.1:9/v1"}, run_dir / "gateway")
+    assert gateway.records_dir == tmp_path / run_dir / "gateway" and gateway.config_path.is_absolute()

@@ -53,12 +53,14 @@ GATEWAY_DIR = "gateway"  # <run_dir>/gateway: config, transcript, usage
 class CliSession:
     def __init__(self, agent: dict, workspace: Path, run_dir: Path, time_limit_s: float, home: Path):
         self.agent = agent
+        # Absolute paths only: Snakemake passes relative run paths, and the tool runs with the workspace as its
+        # working directory (a relative HOME or log path would point elsewhere there).
         self.workspace = workspace.resolve()
-        self.run_dir = run_dir
+        self.run_dir = run_dir.resolve()
         self.time_limit_s = time_limit_s
-        self.home = home
+        self.home = home.resolve()
         self.adapter = get_adapter(agent["tool"]["name"])
-        self.log_dir = run_dir / LOG_DIR
+        self.log_dir = self.run_dir / LOG_DIR
         self.gateway = None
         self.ctx: LaunchContext | None = None
         self.launch: Launch | None = None

@@ -195,7 +195,8 @@ class LLMGateway:
         start_timeout_s: float = 90,
     ):
         self.driver = dict(driver)
-        self.records_dir = Path(records_dir)
+        # Absolute: the proxy runs with it as its working directory (Snakemake passes relative run paths).
+        self.records_dir = Path(records_dir).resolve()
         self.limits = limits or GatewayLimits()
         self.litellm_bin = Path(litellm_bin) if litellm_bin else litellm_binary()
         self.dead_after_failures = max(1, int(dead_after_failures))
