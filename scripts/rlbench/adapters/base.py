@@ -67,7 +67,8 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)  # on top of the runner's agent environment
     files: dict[Path, str] = field(default_factory=dict)  # absolute path (workspace or home) -> text, written first
     stdout: str = "stdout.jsonl"  # the tool's stdout, kept in log_dir under this name
-    visible: list[Path] = field(default_factory=list)  # shown read-only in the sandbox (the tool's install)
+    # Shown read-only in the sandbox: at least Adapter.visible_paths (the tool's install), plus what the tool needs.
+    visible: list[Path] = field(default_factory=list)
 
 
 @dataclass

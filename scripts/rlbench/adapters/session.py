@@ -140,7 +140,7 @@ class CliSession:
 
     @property
     def visible(self) -> list[Path]:
-        return [*self.adapter.visible_paths(self.agent), *self.launch.visible]
+        return list(self.launch.visible)  # the adapter's plan includes its install (Adapter.visible_paths)
 
     @property
     def ports(self) -> dict[int, str]:
