@@ -3,6 +3,7 @@
 # settings are read from the config, not params, so changing them reruns evaluation only.
 rule run_agent:
     input:
+        unpack(level_inputs("agent")),
         manifest=run_path("workspace.json"),
         train_manifest="results/data/{task}/train/manifest.json",
         eval=ancient("results/data/{task}/eval/eval.jsonl"),

@@ -64,6 +64,26 @@ def get_eval_data_input(wildcards):
     return inputs
 
 
+# Levels are plug-ins (rules/levels/*.smk): each appends to LEVEL_INPUTS a function
+# (wildcards, stage) -> {name: path} giving the extra inputs its tasks need at a stage ("evaluate":
+# baseline and final evaluations; "agent": the grader inside run_agent), fed to the common rules
+# through unpack(level_inputs(stage)). The judgment cache is not an input: it only ever grows.
+LEVEL_INPUTS = []
+JUDGMENT_CACHE = "results/judgments/{task}"
+
+
+def level_inputs(stage):
+    """An input function: the extra inputs every level plug-in asks for at `stage`."""
+
+    def inputs(wildcards):
+        merged = {}
+        for plugin in LEVEL_INPUTS:
+            merged.update(plugin(wildcards, stage))
+        return merged
+
+    return inputs
+
+
 def get_agent_runtime_minutes(wildcards):
     """SLURM runtime of run_agent: the budget, the kill grace and the overhead (grader, last evaluation)."""
     budget = config["budget"]

@@ -1,5 +1,8 @@
+# Level plug-ins add their inputs (a judge's record and model: rules/levels/judge.smk) through
+# level_inputs; a change in them reruns the evaluations, never an agent (run_agent gets them ancient).
 rule evaluate_baseline:
     input:
+        unpack(level_inputs("evaluate")),
         model="results/models/{model}",
         eval="results/data/{task}/eval/eval.jsonl",
         eval_manifest="results/data/{task}/eval/manifest.json",
@@ -14,12 +17,14 @@ rule evaluate_baseline:
     params:
         task=get_task_settings,
         evaluation=config["evaluation"],
+        judgments=lambda wildcards: JUDGMENT_CACHE.format(task=wildcards.task),
     script:
         "../scripts/evaluate_baseline.py"
 
 
 rule evaluate_final:
     input:
+        unpack(level_inputs("evaluate")),
         artifacts=run_path("artifacts.json"),
         eval="results/data/{task}/eval/eval.jsonl",
         eval_manifest="results/data/{task}/eval/manifest.json",
@@ -35,5 +40,6 @@ rule evaluate_final:
     params:
         task=get_task_settings,
         evaluation=config["evaluation"],
+        judgments=lambda wildcards: JUDGMENT_CACHE.format(task=wildcards.task),
     script:
         "../scripts/evaluate_final.py"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.evaluation import evaluate_model
+from rlbench.evaluation import evaluate_model, evaluation_resources
 from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json, write_json
 from rlbench.provenance import provenance
@@ -13,7 +13,15 @@ from rlbench.provenance import provenance
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 artifacts = read_json(Path(snakemake.input.artifacts))
 baseline = read_json(Path(snakemake.input.baseline))
-final = {"baseline_score": baseline["score"], "score": None, "delta": None, "best_submission": artifacts["best"]}
+final = {
+    "baseline_score": baseline["score"],
+    "baseline_metrics": baseline.get("metrics"),
+    "primary_metric": baseline.get("primary_metric"),
+    "grader_noise": baseline.get("grader_noise"),
+    "score": None,
+    "delta": None,
+    "best_submission": artifacts["best"],
+}
 if artifacts["best_model"] is None:
     final["status"] = "no_valid_submission"
 else:
@@ -21,7 +29,8 @@ else:
     digest = fingerprint(model_dir)
     if digest != artifacts["best"]["fingerprint"]:
         raise RuntimeError(f"{model_dir} changed since it was graded (fingerprint mismatch); rerun the agent")
-    result = evaluate_model(settings, model_dir, Path(snakemake.input.eval).parent, evaluation)
+    resources = evaluation_resources(snakemake.input, snakemake.params.judgments)
+    result = evaluate_model(settings, model_dir, Path(snakemake.input.eval).parent, evaluation, resources=resources)
     final.update(result, status="evaluated", fingerprint=digest)
     final["delta"] = round(result["score"] - baseline["score"], 4)
     final["provenance"] = provenance(
@@ -29,6 +38,8 @@ else:
         data={"eval": read_json(Path(snakemake.input.eval_manifest))},
         models={"base": baseline["fingerprint"], "submission": digest},
         evaluation=evaluation,
+        judge=read_json(Path(snakemake.input.judge_config)) if snakemake.input.get("judge_config") else None,
+        execution=read_json(Path(snakemake.input.execution_check)) if snakemake.input.get("execution_check") else None,
     )
 print(f"final: {final['status']} score {final['score']} delta {final['delta']}", file=sys.stderr)
 write_json(Path(snakemake.output.final), final)

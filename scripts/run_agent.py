@@ -7,6 +7,7 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.config import current_task_settings
+from rlbench.evaluation import evaluation_resources
 from rlbench.jsonio import read_json
 from rlbench.runner import RunSpec, run_agent, stop_with_owner
 
@@ -32,6 +33,10 @@ record = run_agent(
         time_limit_s=budget["time_limit_s"],
         kill_grace_s=budget["kill_grace_s"],
         evaluation=config["evaluation"],
+        # A judge's model and the task's judgment cache (rules/levels/judge.smk); outside the workspace.
+        resources=evaluation_resources(
+            snakemake.input, Path(snakemake.params.results) / "judgments" / snakemake.wildcards.task
+        ),
         sandbox_backend=config["sandbox"]["backend"],
         network=config["sandbox"]["network"],
         # The whole results tree (held-out split, other runs' ledgers) is hidden from the agent.

@@ -10,8 +10,9 @@ from rlbench.config import Registries
 from rlbench.generation import GenerationBackend
 from rlbench.jsonio import read_jsonl
 from rlbench.tasks import get_task
-from rlbench.tasks import addition_control_public as public
+from rlbench.tasks.addition_control import public
 from rlbench.tasks.addition_control import AdditionControl
+from rlbench.tasks.base import EvalContext
 
 SETTINGS = {
     "name": "addition-control",
@@ -115,7 +116,7 @@ class OracleBackend(GenerationBackend):
 
     name = "oracle"
 
-    def generate_chat(self, conversations, max_new_tokens):
+    def generate_chat(self, conversations, max_new_tokens, stop=None):
         out = []
         for i, conversation in enumerate(conversations):
             a, b = (int(x) for x in conversation[0]["content"].split("?")[0].removeprefix("What is ").split(" + "))
@@ -124,8 +125,8 @@ class OracleBackend(GenerationBackend):
 
 
 def test_evaluate_scores_exact_match_percentage(data):
-    result = AdditionControl().evaluate(None, data[1], OracleBackend(), SETTINGS)
-    assert result.n == 20 and result.correct == 10 and result.score == 50.0
+    result = AdditionControl().evaluate(EvalContext(SETTINGS, None, data[1], backend=OracleBackend()))
+    assert result.n == 20 and result.metrics["correct"] == 10 and result.score == 50.0
 
 
 def test_tiny_model_evaluates_through_the_hf_backend(tmp_path, tiny_model):

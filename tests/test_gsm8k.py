@@ -7,8 +7,9 @@ import pytest
 from conftest import GSM8K_SETTINGS, TEST_SALT
 from rlbench.generation import GenerationBackend
 from rlbench.jsonio import read_jsonl
+from rlbench.tasks.base import EvalContext
 from rlbench.tasks.gsm8k import GSM8K, opencompass_protocol
-from rlbench.tasks import gsm8k_public as public
+from rlbench.tasks.gsm8k import public
 
 
 @pytest.mark.parametrize(
@@ -58,7 +59,7 @@ class OracleBackend(GenerationBackend):
         protocol = opencompass_protocol()
         self.answers = {public.format_prompt(r, protocol)[-1]["content"]: public.reference_answer(r) for r in rows}
 
-    def generate_chat(self, conversations, max_new_tokens):
+    def generate_chat(self, conversations, max_new_tokens, stop=None):
         out = []
         for i, conv in enumerate(conversations):
             gold = self.answers[conv[-1]["content"]]
@@ -68,8 +69,10 @@ class OracleBackend(GenerationBackend):
 
 def test_evaluate_scores_exact_match_percentage(gsm8k_data):
     rows = list(read_jsonl(gsm8k_data[1] / "eval.jsonl"))
-    result = GSM8K().evaluate(None, gsm8k_data[1], OracleBackend(rows), GSM8K_SETTINGS)
-    assert result.n == 4 and result.correct == 2 and result.score == 50.0
+    ctx = EvalContext(GSM8K_SETTINGS, None, gsm8k_data[1], backend=OracleBackend(rows))
+    result = GSM8K().evaluate(ctx)
+    assert result.n == 4 and result.metrics["correct"] == 2 and result.score == 50.0
+    assert result.primary == "accuracy" and result.metrics["accuracy"] == 50.0
 
 
 def test_tiny_model_evaluates_through_the_hf_backend(tiny_model, gsm8k_data):

@@ -9,7 +9,7 @@ import pytest
 import opencompass_upstream
 from conftest import GSM8K_SETTINGS
 from rlbench.jsonio import read_jsonl
-from rlbench.tasks import gsm8k_public as public
+from rlbench.tasks.gsm8k import public
 from rlbench.tasks.gsm8k import GSM8K, OPENCOMPASS_CONFIG, opencompass_protocol
 from rlbench.tasks.opencompass_config import VERSION, config_file
 

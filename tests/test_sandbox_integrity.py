@@ -113,7 +113,7 @@ def test_repository_is_hidden_but_interpreter_and_agent_code_are_not(workspace, 
         [f"ls -A {path} > code/ls{i}.txt 2>&1" for i, path in enumerate(secret)]
         + [
             f"cat {REPO_ROOT}/config/config.yaml > code/config.txt 2>&1",
-            f"cat {REPO_ROOT}/scripts/rlbench/tasks/gsm8k.py > code/task_code.txt 2>&1",
+            f"cat {REPO_ROOT}/scripts/rlbench/tasks/gsm8k/__init__.py > code/task_code.txt 2>&1",
             "{python} -c 'import rlbench' > code/import.txt 2>&1; echo $? >> code/import.txt",
             "{python} -c 'import transformers, trl, datasets, requests; print(\"libs ok\")' > code/libs.txt 2>&1",
             "cat {agents_dir}/copy_agent.py > code/agent_code.txt",

@@ -171,11 +171,17 @@ def validate_config(config: dict, registries: Registries) -> dict:
                         f"'{where}.{kind}[{index}]' is {name!r}, which is not in config/{kind}/; "
                         f"allowed values: {', '.join(sorted(known)) or '(none registered)'}"
                     )
+    task_schema = load_schema("task")
     for name in config.get("tasks", {}):
         if name not in registries.tasks:
             problems.append(
                 f"'tasks.{name}' overrides an unknown task; allowed: {', '.join(sorted(registries.tasks))}"
             )
+            continue
+        try:  # the merged entry must still be a valid task (a judge block stays complete, L2 keeps K >= 3)
+            validate(task_settings(config, registries, name), task_schema, f"'tasks.{name}' merged over config/tasks/")
+        except ConfigError as error:
+            problems.append(str(error))
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return config
@@ -202,7 +208,9 @@ def sweep_runs(config: dict) -> list[dict]:
 def task_settings(config: dict, registries: Registries, task: str) -> dict:
     """The registry entry of a task with the sweep's overrides applied."""
     settings = copy.deepcopy(registries.tasks[task])
-    settings.update(config.get("tasks", {}).get(task, {}))
+    for key, value in config.get("tasks", {}).get(task, {}).items():
+        # Blocks (judge, execution) are merged, so a sweep can change one key of them.
+        settings[key] = _merged(settings[key], value) if isinstance(value, dict) and isinstance(settings.get(key), dict) else value
     return settings
 
 

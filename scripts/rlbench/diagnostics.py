@@ -784,6 +784,13 @@ def summarize(
     summary["driver"] = (llm.get("driver") or {}).get("model")
     summary["tokens"] = llm.get("tokens")
     summary["stopped_by"] = run.get("stopped_by")
+    # The evaluation's own metrics (ours; "metrics" above are the paper's process metrics): which
+    # metric the scores are (the primary one, delta's), the final evaluation's and the baseline's
+    # whole metrics dicts, and the grader's noise measured on the baseline (its band goes beside delta).
+    summary["primary_metric"] = final.get("primary_metric") or baseline.get("primary_metric")
+    summary["eval_metrics"] = final.get("metrics")
+    summary["baseline_metrics"] = final.get("baseline_metrics") or baseline.get("metrics")
+    summary["grader_noise"] = final.get("grader_noise") or baseline.get("grader_noise")
     return summary, records
 
 
@@ -820,6 +827,15 @@ def _mode_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _noise_note(summary: dict) -> str:
+    """" (metric; grader noise ±band over K baseline evaluations)" where known."""
+    parts = [summary["primary_metric"]] if summary.get("primary_metric") else []
+    noise = summary.get("grader_noise")
+    if isinstance(noise, dict) and noise.get("repeats", 1) > 1:
+        parts.append(f"grader noise ±{_fmt(noise.get('band'))} over {noise['repeats']} baseline evaluations")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def summary_markdown(summary: dict, records: list[dict]) -> str:
     """summary.md: the run at a glance, then one section per iteration."""
     labels, metrics = summary["labels"], summary["metrics"]
@@ -831,7 +847,8 @@ def summary_markdown(summary: dict, records: list[dict]) -> str:
         f"- route: {summary['route']} (coding success: {yes[summary['coding_success']]}, "
         f"improvement success: {yes[summary['improvement_success']]})",
         *_mode_lines(summary),
-        f"- baseline {_fmt(summary['baseline'])}, best {_fmt(summary['best'])}, delta {_fmt(summary['delta'], True)}",
+        f"- baseline {_fmt(summary['baseline'])}, best {_fmt(summary['best'])}, delta {_fmt(summary['delta'], True)}"
+        + _noise_note(summary),
         f"- submissions: {summary['submissions']} ({summary['valid_submissions']} valid: score > 0; "
         f"{summary['scored_submissions']} evaluated), failure type: {summary['failure_type'] or 'none'}",
         "- process metrics: "

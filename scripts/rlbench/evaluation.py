@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +38,8 @@ SCRIPTS_DIR = Path(__file__).resolve().parents[1]
 # what it generated, which runs inside the task's evaluate).
 MODEL_PHASES = frozenset({"loading", "generating"})
 # Phases in which the child has read the held-out split: what it prints or raises may quote it.
-HELD_OUT_PHASES = frozenset({"generating", "writing"})
+# "scoring" (a judge, an execution sandbox, an environment reward) is the harness's part.
+HELD_OUT_PHASES = frozenset({"generating", "scoring", "writing"})
 LOG_TAIL_LINES = 5
 LOG_TAIL_BYTES = 64 * 1024  # only the end of the log is read: a chatty model must not cost memory
 WITHHELD = "details are withheld because they may quote held-out data"
@@ -83,29 +85,71 @@ def evaluate_model(
     eval_dir: Path,
     evaluation: dict,
     on_phase: Callable[[str], None] | None = None,
+    resources: dict | None = None,
+    replicate: int = 0,
 ) -> dict:
-    """Score model_dir on the held-out split; returns EvalResult fields plus timing and backend.
+    """Score model_dir on the held-out split; returns EvalResult.to_dict() (score, primary_metric,
+    metrics, n, items) plus the backend and the time taken.
 
-    on_phase(name) is called as the evaluation enters "setup", "loading" and "generating", so a
-    caller can tell a broken model (the last two) from a broken harness."""
+    on_phase(name) is called as the evaluation enters "setup", "loading", "generating" and
+    "scoring", so a caller can tell a broken model (loading, generating) from a broken harness.
+    resources: what the task's parts may use beyond the split (rlbench.tasks.base.EvalContext:
+    judge_model_dir, judgment_cache, work_dir); replicate: which repeat of a noisy grader this is."""
     report = on_phase or (lambda phase: None)
     report("setup")
     # The heavy imports belong to the harness: a broken environment must not read as a bad model.
     import torch  # noqa: F401
 
-    from rlbench.generation import load_backend
-    from rlbench.tasks import get_task
+    from rlbench.tasks import EvalContext, get_task
 
     started = time.time()
     if not Path(eval_dir).is_dir():  # the grader's data, not the model: fail before the model phases
         raise FileNotFoundError(f"the held-out split is missing: {eval_dir}")
     task = get_task(task_settings)
-    report("loading")
-    backend = load_backend(evaluation.get("backend", "auto"), Path(model_dir), evaluation.get("batch_size", 32))
-    report("generating")
-    result = task.evaluate(Path(model_dir), Path(eval_dir), backend, task_settings).to_dict()
-    result.update(backend=backend.name, eval_seconds=round(time.time() - started, 3))
+    ctx = EvalContext(
+        settings=task_settings,
+        model_dir=Path(model_dir),
+        eval_dir=Path(eval_dir),
+        evaluation=evaluation,
+        resources=dict(resources or {}),
+        on_phase=report,
+        replicate=replicate,
+    )
+    try:
+        result = task.evaluate(ctx).to_dict()
+    finally:
+        ctx.close()
+    result.update(backend=ctx.backend_name, replicate=replicate, eval_seconds=round(time.time() - started, 3))
     return result
+
+
+def evaluation_resources(inputs, judgments: str | Path | None = None) -> dict:
+    """What a task's evaluation may use beyond its split, from a rule's inputs (the level
+    plug-ins' `judge_model`) and the task's judgment cache directory (tasks.base.EvalContext)."""
+    resources = {}
+    judge_model = inputs.get("judge_model") if hasattr(inputs, "get") else None
+    if judge_model:
+        resources["judge_model_dir"] = str(Path(judge_model).resolve())
+    if judgments:
+        resources["judgment_cache"] = str(Path(judgments).resolve())
+    return resources
+
+
+def noise_summary(scores: list[float]) -> dict:
+    """The grader's noise from K evaluations of the same model: the scores, their spread, and the
+    band shown beside every Δ of the task (half the range, in points: ±band)."""
+    scores = [float(s) for s in scores]
+    mean = sum(scores) / len(scores)
+    std = (sum((s - mean) ** 2 for s in scores) / (len(scores) - 1)) ** 0.5 if len(scores) > 1 else 0.0
+    return {
+        "repeats": len(scores),
+        "scores": scores,
+        "mean": round(mean, 4),
+        "std": round(std, 4),
+        "min": min(scores),
+        "max": max(scores),
+        "band": round((max(scores) - min(scores)) / 2, 4),
+    }
 
 
 def _log_tail(log_path: Path) -> str:
@@ -150,6 +194,8 @@ def run_in_child(
     evaluation: dict,
     work_dir: Path,
     gpu: str | None = None,
+    resources: dict | None = None,
+    replicate: int = 0,
 ) -> dict:
     """evaluate_model in a fresh Python process.
 
@@ -170,6 +216,9 @@ def run_in_child(
             "eval_dir": str(eval_dir),
             "evaluation": evaluation,
             "phase_path": str(phase_path),
+            # The task's scratch space lives in the evaluation's own directory, thrown away with it.
+            "resources": {"work_dir": str(work_dir / "scratch"), **(resources or {})},
+            "replicate": replicate,
         },
     )
     env = dict(os.environ)
@@ -189,6 +238,8 @@ def run_in_child(
             )
         except subprocess.TimeoutExpired:
             raise EvaluationError(f"evaluation took longer than {timeout} s and was stopped") from None
+        finally:
+            shutil.rmtree(work_dir / "scratch", ignore_errors=True)
     return _outcome(proc.returncode, result_path, error_path, log_path, phase_path)
 
 
@@ -254,7 +305,13 @@ def _child_main(request_path: str, result_path: str, error_path: str, parent_pid
         request = read_json(Path(request_path))
         phase_path = Path(request["phase_path"]) if request.get("phase_path") else None
         result = evaluate_model(
-            request["task"], Path(request["model_dir"]), Path(request["eval_dir"]), request["evaluation"], enter
+            request["task"],
+            Path(request["model_dir"]),
+            Path(request["eval_dir"]),
+            request["evaluation"],
+            enter,
+            resources=request.get("resources"),
+            replicate=int(request.get("replicate", 0)),
         )
         enter("writing")
         write_json(Path(result_path), result)

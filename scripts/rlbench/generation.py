@@ -15,8 +15,19 @@ class GenerationBackend(ABC):
     name: str
 
     @abstractmethod
-    def generate_chat(self, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
-        """One completion per conversation, in the order given."""
+    def generate_chat(
+        self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
+        """One completion per conversation, in the order given, each cut before the first of the
+        `stop` strings it contains (the stop string itself is not returned)."""
+
+
+def cut_at_stop(text: str, stop: list[str] | None) -> str:
+    """text up to the earliest occurrence of any stop string (OpenAI/vLLM semantics: excluded)."""
+    if not stop:
+        return text
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
 
 
 def _render(tokenizer, conversation: list[dict]) -> str:
@@ -58,7 +69,9 @@ class HFBackend(GenerationBackend):
         self.model.eval()
         self.batch_size = batch_size
 
-    def generate_chat(self, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+    def generate_chat(
+        self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
         prompts = [_render(self.tokenizer, c) for c in conversations]
         encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         # Longest first: similar lengths share a batch, so little compute goes to padding.
@@ -80,10 +93,13 @@ class HFBackend(GenerationBackend):
                     top_k=None,
                     pad_token_id=self.tokenizer.pad_token_id,
                     eos_token_id=flat_eos or None,
+                    # A row stops early at a stop string; the text is cut exactly by cut_at_stop below.
+                    **({"stop_strings": list(stop), "tokenizer": self.tokenizer} if stop else {}),
                 )
             new_tokens = generated[:, inputs["input_ids"].shape[1] :]
             for row, index in enumerate(batch):
-                outputs[index] = self.tokenizer.decode(new_tokens[row], skip_special_tokens=True)
+                text = self.tokenizer.decode(new_tokens[row], skip_special_tokens=True)
+                outputs[index] = cut_at_stop(text, stop)
         return outputs
 
 
@@ -104,10 +120,12 @@ class VLLMBackend(GenerationBackend):
         self.sampling = SamplingParams
         self.batch_size = batch_size
 
-    def generate_chat(self, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
-        params = self.sampling(temperature=0.0, max_tokens=max_new_tokens)
+    def generate_chat(
+        self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
+        params = self.sampling(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) if stop else None)
         results = self.llm.chat(conversations, params, use_tqdm=False)
-        return [r.outputs[0].text for r in results]
+        return [cut_at_stop(r.outputs[0].text, stop) for r in results]
 
 
 def resolve_backend_name(name: str) -> str:

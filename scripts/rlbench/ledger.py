@@ -35,7 +35,8 @@ Our own fields: status (scored | cached | failed | refused | grader_error), reas
 refusal code), retryable (true on grader_error: the same request may succeed), repeat_of (the
 submission_id whose result a resubmission of the same path and weights repeats), submitted_at /
 responded_at (unix seconds), since_start_s, cached, fingerprint, resolved_path, gpu,
-eval_seconds, n, correct, provenance, error_detail (a failure's full story, the evaluation's log
+eval_seconds, n, primary_metric, metrics (the evaluation's metrics dict: numbers and labels
+only, tasks.base.public_metrics), provenance, error_detail (a failure's full story, the evaluation's log
 tail: it may quote the held-out split, so the agent never gets it back; grader.app.PRIVATE_FIELDS).
 """
 

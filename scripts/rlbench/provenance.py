@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import platform
 import subprocess
@@ -24,13 +25,24 @@ def _tree_sha256(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
+def _task_files(task_settings_json: str) -> list[Path]:
+    """The source files of a task and of the parts its evaluation uses (Task.code_files)."""
+    from rlbench.tasks import get_task
+
+    settings = json.loads(task_settings_json)
+    return get_task(settings).code_files(settings)
+
+
 @functools.lru_cache(maxsize=None)
-def code_version(task_module: str | None = None) -> dict:
-    """The grader's and the task's code, by content hash, plus the git commit when there is one."""
+def code_version(task_settings_json: str | None = None) -> dict:
+    """The grader's code and the code of the task's parts actually used, by content hash, plus the
+    git commit when there is one. task_settings_json: the task's settings as canonical JSON."""
     grader_files = [*(LIBRARY / "grader").glob("*.py"), LIBRARY / "evaluation.py", LIBRARY / "generation.py"]
     record = {"rlbench": __version__, "grader_sha256": _tree_sha256(grader_files)}
-    if task_module:
-        record["task_sha256"] = _tree_sha256(list((LIBRARY / "tasks").glob(f"{task_module}*.py")))
+    if task_settings_json:
+        files = _task_files(task_settings_json)
+        record["task_sha256"] = _tree_sha256(files)
+        record["task_files"] = sorted(str(path.relative_to(LIBRARY)) for path in files)
     try:
         repo = LIBRARY.parents[1]
         commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
@@ -91,19 +103,28 @@ def provenance(
     data: dict | None = None,
     models: dict | None = None,
     evaluation: dict | None = None,
+    judge: dict | None = None,
+    execution: dict | None = None,
 ) -> dict:
     """The provenance record stored next to a score.
 
     data: hashes of the splits (the data manifests); models: fingerprints (base, submission);
-    evaluation: generation settings. The judge configuration is the task's `judge` entry (L2/L3).
+    evaluation: generation settings; judge: the judge's record (rule judge_config: its settings,
+    identity and model fingerprint), else the task's `judge` entry (L2, DeepSearchQA); execution:
+    the code-execution sandbox's check (rule check_execution), for execution-scored tasks.
     """
     task_settings = task_settings or {}
+    settings_json = json.dumps(task_settings, sort_keys=True, default=str) if task_settings.get("module") else None
     return {
-        "code": code_version(task_settings.get("module")),
-        "task": {k: task_settings.get(k) for k in ("name", "level", "source", "eval_size", "max_new_tokens")},
+        "code": code_version(settings_json),
+        "task": {
+            k: task_settings.get(k)
+            for k in ("name", "level", "source", "eval_size", "max_new_tokens", "metric", "grader_noise_repeats")
+        },
         "data": data or {},
         "models": models or {},
-        "judge": task_settings.get("judge"),
+        "judge": judge if judge is not None else task_settings.get("judge"),
+        **({"execution": execution} if execution is not None else {}),
         "evaluation": evaluation or {},
         "packages": package_versions(),
         "hardware": hardware(),

@@ -11,9 +11,12 @@ from rlbench.jsonio import read_json
 # driver: the driver LLM's model name (blank for reference agents).
 # mode: the agent's operating mode (free, sft-only, rl-only); mode_violation: "yes" when the
 # recorded code broke it (summary.json mode_audit), blank for runs summarized before the audit.
+# metric: the primary metric baseline, best and delta are in; grader_noise: the task's grader-noise band
+# (± points, half the range of K baseline evaluations; 0 for a deterministic grader, blank when unknown).
 LEADERBOARD_COLUMNS = (
     "task",
     "level",
+    "metric",
     "model",
     "agent",
     "scaffold",
@@ -23,6 +26,7 @@ LEADERBOARD_COLUMNS = (
     "baseline",
     "best",
     "delta",
+    "grader_noise",
     "submissions",
     "status",
     "mode_violation",
@@ -43,6 +47,7 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
     return {
         "task": labels["task"],
         "level": summary["level"],
+        "metric": summary.get("primary_metric") or "",
         "model": labels["model"],
         "agent": labels["agent"],
         "scaffold": summary.get("scaffold") or "reference",
@@ -52,6 +57,7 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
         "baseline": _number(summary["baseline"], decimals),
         "best": _number(summary["best"], decimals),
         "delta": _number(summary["delta"], decimals),
+        "grader_noise": _number((summary.get("grader_noise") or {}).get("band"), decimals),
         "submissions": summary["submissions"],
         "status": summary["status"],
         "mode_violation": _violation(summary),

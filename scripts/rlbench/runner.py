@@ -73,6 +73,9 @@ class RunSpec:
     time_limit_s: float
     kill_grace_s: float = 10.0
     evaluation: dict = field(default_factory=dict)
+    # What the task's evaluation may use beyond the split (tasks.base.EvalContext): judge_model_dir,
+    # judgment_cache. Outside the workspace, hidden from the agent like the rest of results/.
+    resources: dict = field(default_factory=dict)
     sandbox_backend: str = "auto"
     # sandbox.network: "isolated" (own network namespace; the grader and the agent's allow_ports bridged in) or
     # "host" (the host's network).
@@ -498,6 +501,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             timeout_s=spec.time_limit_s,
             secret=new_secret(),
             evaluation=spec.evaluation,
+            baseline_metrics=spec.baseline,
+            resources=spec.resources,
             gpus=visible_gpus(),
             provenance=record_provenance,
         )

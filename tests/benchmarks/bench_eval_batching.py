@@ -19,7 +19,7 @@ from rlbench.generation import HFBackend  # noqa: E402
 from rlbench.models import prepare_model  # noqa: E402
 from rlbench.tasks.base import new_salt  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
-from rlbench.tasks import gsm8k_public  # noqa: E402
+from rlbench.tasks.gsm8k import public as gsm8k_public  # noqa: E402
 from rlbench.jsonio import read_jsonl  # noqa: E402
 
 

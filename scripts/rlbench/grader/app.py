@@ -71,6 +71,7 @@ from rlbench.ledger import (
     stored_model_path,
 )
 from rlbench.recording import CODE_GIT, CodeRepository
+from rlbench.tasks.base import public_metrics
 
 LEDGER = "ledger.jsonl"
 # Ledger fields the agent never gets back (they stay in grader/ledger.jsonl). error_detail: a
@@ -132,6 +133,12 @@ class GraderConfig:
     timeout_s: float
     secret: str
     evaluation: dict = field(default_factory=dict)
+    # The base model's metrics (score, primary_metric, metrics, n: tasks.base.public_metrics): what a
+    # submission of the untouched base model is answered with, from the cache.
+    baseline_metrics: dict = field(default_factory=dict)
+    # What the task's evaluation may use beyond the split (tasks.base.EvalContext: judge_model_dir,
+    # judgment_cache).
+    resources: dict = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES as the grader sees it
     provenance: dict = field(default_factory=dict)  # code, data, packages, hardware behind each score
 
@@ -163,7 +170,10 @@ class Grader:
         self._gpu_locks = {gpu: threading.Lock() for gpu in self.available_gpus or ["cpu"]}
         self._content_locks: dict[str, threading.Lock] = {}  # fingerprint -> in-flight lock (_score)
         self._content_locks_guard = threading.Lock()
-        self._cache: dict[str, float] = {config.baseline_fingerprint: config.baseline_score}
+        # fingerprint -> the numbers of its evaluation (score, primary_metric, metrics, n)
+        self._cache: dict[str, dict] = {
+            config.baseline_fingerprint: {**public_metrics(config.baseline_metrics), "score": config.baseline_score}
+        }
         self._kills: dict[str, int] = {}  # fingerprint -> evaluations killed while the model ran
         # The agent's view of the recorded entries, kept up to date as each is recorded (entries
         # never change once recorded), so that no request costs a pass over all the others.
@@ -457,20 +467,19 @@ class Grader:
         held.enter_context(self._content_lock(digest))
         result = {"fingerprint": digest, "cached": digest in self._cache}
         if result["cached"]:
-            score = self._cache[digest]
+            numbers = self._cache[digest]
         else:
             with ExitStack() as gpu_locks:
                 for lock in self._locks_for(gpus):
                     gpu_locks.enter_context(lock)
                 outcome = self._evaluate(digest, model_copy, pending / "eval", gpus)
-            score = float(outcome["score"])
-            # Numbers only: the child's result also holds the completions, which may quote the split.
-            result.update(
-                eval_seconds=float(outcome["eval_seconds"]), n=int(outcome["n"]), correct=int(outcome["correct"])
-            )
-            self._cache[digest] = score  # only successes are cached; failures are retried
+            # Numbers only: the child's result also holds the items (completions), which may quote the split.
+            numbers = public_metrics(outcome)
+            result["eval_seconds"] = float(outcome["eval_seconds"])
+            self._cache[digest] = numbers  # only successes are cached; failures are retried
+        result.update(numbers)
         result.update(
-            score=float(score),
+            score=float(numbers["score"]),
             provenance={**self.config.provenance, "models": {**self.config.provenance.get("models", {}), "submission": digest}},
         )
         return result
@@ -491,6 +500,7 @@ class Grader:
                 self.config.evaluation,
                 work_dir,
                 gpu=",".join(gpus) or None,
+                resources=self.config.resources,
             )
         except GraderFault as fault:
             if not fault.killed_with_model:

@@ -1,15 +1,31 @@
-"""Task registry: task name -> implementation. Adding a task is a YAML entry plus one module."""
+"""Task registry: task name -> implementation. Adding a task is one folder here plus one YAML.
+
+A task's folder `rlbench/tasks/<module>/` holds its Task subclass (`__init__.py`, exported as
+TASK_CLASS), the public module every workspace gets as task.py, and any data it ships; its registry
+entry `config/tasks/<name>.yaml` names the folder in `module:`. See rlbench.tasks.base.
+"""
 
 from __future__ import annotations
 
 import importlib
 
-from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalResult, Task
+from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalContext, EvalResult, Task
 
-__all__ = ["EVAL_FILE", "TRAIN_FILE", "EvalResult", "Task", "get_task"]
+__all__ = ["EVAL_FILE", "TRAIN_FILE", "EvalContext", "EvalResult", "Task", "get_task"]
 
 
 def get_task(settings: dict) -> Task:
-    """Instantiate the task a registry entry names (its `module` under rlbench.tasks)."""
-    module = importlib.import_module(f"rlbench.tasks.{settings['module']}")
-    return module.TASK_CLASS()
+    """Instantiate the task a registry entry names (its `module`: a folder under rlbench.tasks)."""
+    name = settings["module"]
+    try:
+        module = importlib.import_module(f"rlbench.tasks.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"rlbench.tasks.{name}":
+            raise
+        raise ValueError(
+            f"task {settings.get('name')!r}: module {name!r} is not a task folder under scripts/rlbench/tasks/"
+        ) from None
+    task_class = getattr(module, "TASK_CLASS", None)
+    if task_class is None or not issubclass(task_class, Task):
+        raise ValueError(f"rlbench.tasks.{name} defines no TASK_CLASS (a Task subclass)")
+    return task_class()

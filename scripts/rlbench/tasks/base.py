@@ -1,13 +1,36 @@
-"""The task interface: prepare data, describe the task, expose files, evaluate a model."""
+"""The task interface, one for all three levels: data + rollout + scorer, evaluated into metrics.
+
+A task is one folder under rlbench/tasks/ (`__init__.py` with the Task subclass as TASK_CLASS, the
+public part every workspace gets as task.py, its description, its data) plus one registry YAML
+under config/tasks/; nothing else in the harness is edited for it. Like Inspect AI's
+Task(dataset, solver, scorer), a task is composed of parts:
+
+- data: `prepare_train` / `prepare_eval` write the splits from the `hub` or the `offline` source;
+- a rollout (`rollout()`): how a model meets the held-out rows, single-turn generation
+  (rlbench.tasks.parts.SingleTurn) or an environment loop (L3);
+- a scorer (`scorer()`): a rule (RuleScorer), unit-test execution, an LLM judge, an environment
+  reward; it turns the rollout's samples into an EvalResult.
+
+Like MLE-bench's per-competition `grade`, scoring is a function of the samples and the held-out
+rows only: it never sees the grader, the runner or Snakemake. `evaluate(ctx)` runs the two parts
+through an EvalContext that builds what they ask for (the generation backend, the judge) on first
+use. The code of the parts actually used is hashed into every score's provenance (code_files).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
+import math
 import os
+import re
 import secrets
+import sys
+import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -70,20 +93,165 @@ def salted_seed(salt: str, task: str, data_seed: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+PRIMARY_RANGE = (0.0, 100.0)
+
+
 @dataclass
 class EvalResult:
-    """The score of one model on a task's held-out split (0-100) and what it rests on."""
+    """One evaluation of a model on a task's held-out split: a metrics dict with one primary metric.
 
-    score: float
+    `metrics` maps names to values: numbers on the paper's scales (0-100 for rates and scores, raw
+    counts for counts), and a few strings that say how a number was computed (which LC variant).
+    `primary` names the metric Δ is computed on; `score` is its value. The task's registry entry
+    names it (`metric:`), and the grader, the ledger, the baseline, the final evaluation and the
+    summaries carry the whole dict beside the score. `n` is how many held-out items were scored;
+    `items` are per-item records (they may quote the held-out split: never shown to an agent)."""
+
+    metrics: dict
+    primary: str
     n: int
-    correct: int
     items: list[dict] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.primary not in self.metrics:
+            raise ValueError(f"the primary metric {self.primary!r} is not among the metrics {sorted(self.metrics)}")
+        value = self.metrics[self.primary]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"the primary metric {self.primary!r} must be a finite number, not {value!r}")
+        low, high = PRIMARY_RANGE
+        if not low <= value <= high:
+            raise ValueError(f"the primary metric {self.primary!r} = {value} is outside {low}-{high}")
+
+    @property
+    def score(self) -> float:
+        return round(float(self.metrics[self.primary]), 4)
+
     def to_dict(self, with_items: bool = True) -> dict:
-        data = asdict(self)
-        if not with_items:
-            data.pop("items")
+        data = {"score": self.score, "primary_metric": self.primary, "metrics": dict(self.metrics), "n": self.n}
+        if with_items:
+            data["items"] = self.items
         return data
+
+
+_LABEL = re.compile(r"[A-Za-z0-9_.@:/+-]{1,64}")
+
+
+def _public_value(value: object, depth: int = 0) -> object:
+    """A metric value as it may be told to an agent: numbers, labels (a short identifier such as
+    an LC variant's name), and one level of {label: number} (counts by kind); anything else is
+    dropped (None), because free text could quote the held-out split."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value if _LABEL.fullmatch(value) else None
+    if isinstance(value, dict) and depth == 0:
+        return {k: _public_value(v, 1) for k, v in value.items() if isinstance(k, str) and _LABEL.fullmatch(k)}
+    return None
+
+
+def public_metrics(result: dict) -> dict:
+    """The numbers of an evaluation that may be told to an agent and kept in its ledger entry:
+    score, primary_metric, metrics (numbers and labels only) and n; never the items, which quote
+    the held-out split."""
+    public = {key: result[key] for key in ("score", "primary_metric", "n") if key in result}
+    if isinstance(result.get("metrics"), dict):
+        public["metrics"] = {
+            k: _public_value(v) for k, v in result["metrics"].items() if isinstance(k, str) and _LABEL.fullmatch(k)
+        }
+    return public
+
+
+@dataclass
+class EvalContext:
+    """What one evaluation may use, each part built on first use.
+
+    The task asks for what it needs: `generator()` (the submitted model behind a generation
+    backend), `judge()` (the task's judge backend, L2 and DeepSearchQA), `work_dir` (a throw-away
+    scratch directory: code execution, environment state). `phase(name)` tells the caller where the
+    evaluation is: "loading" and "generating" are the submitted model's part (a failure there is
+    the model's fault), "scoring" the harness's (judge, execution sandbox, environment reward).
+
+    resources: paths the evaluation may read or write beyond the split, set by whoever runs it:
+    judge_model_dir (a local judge's weights), judgment_cache (the judgment cache directory),
+    work_dir. replicate: which repetition of a noisy grader this is (0 for the grader's own
+    evaluations; the baseline's repeats count up), part of the judgment cache key.
+    """
+
+    settings: dict
+    model_dir: Path
+    eval_dir: Path
+    evaluation: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)
+    on_phase: Callable[[str], None] | None = None
+    replicate: int = 0
+    #: a ready generation backend to use instead of loading model_dir (tests, benchmarks)
+    backend: object = None
+    _generator: object = field(default=None, init=False, repr=False)
+    _judge: object = field(default=None, init=False, repr=False)
+    _scratch: object = field(default=None, init=False, repr=False)
+
+    def phase(self, name: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(name)
+
+    def rows(self, name: str = EVAL_FILE) -> list[dict]:
+        """The held-out split's rows (eval.jsonl unless another file of the split is named)."""
+        from rlbench.jsonio import read_jsonl
+
+        return list(read_jsonl(Path(self.eval_dir) / name))
+
+    def generator(self):
+        """The submitted model behind the configured generation backend (loaded once)."""
+        if self._generator is None and self.backend is not None:
+            self.phase("generating")
+            self._generator = self.backend
+        if self._generator is None:
+            from rlbench.generation import load_backend
+
+            self.phase("loading")
+            self._generator = load_backend(
+                self.evaluation.get("backend", "auto"), Path(self.model_dir), self.evaluation.get("batch_size", 32)
+            )
+            self.phase("generating")
+        return self._generator
+
+    @property
+    def backend_name(self) -> str | None:
+        return getattr(self._generator, "name", None)
+
+    def judge(self):
+        """The task's judge backend, from its `judge:` settings (loaded once)."""
+        if self._judge is None:
+            judge_settings = self.settings.get("judge")
+            if not judge_settings:
+                raise ValueError(f"task {self.settings.get('name')!r} has no judge: block in its registry entry")
+            from rlbench.judges import load_judge
+
+            self._judge = load_judge(
+                judge_settings,
+                model_dir=self.resources.get("judge_model_dir"),
+                cache_dir=self.resources.get("judgment_cache"),
+                replicate=self.replicate,
+            )
+        return self._judge
+
+    @property
+    def work_dir(self) -> Path:
+        """A scratch directory for this evaluation (the caller's, or a temporary one)."""
+        given = self.resources.get("work_dir")
+        if given:
+            Path(given).mkdir(parents=True, exist_ok=True)
+            return Path(given)
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="rlbench-eval-")
+        return Path(self._scratch.name)
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
 
 
 def score_exact_match(rows: list[dict], completions: list[str], public: ModuleType) -> EvalResult:
@@ -100,9 +268,9 @@ def score_exact_match(rows: list[dict], completions: list[str], public: ModuleTy
                 "completion": completion,
             }
         )
-    correct = sum(item["correct"] for item in items)
-    score = 100.0 * correct / len(items) if items else 0.0
-    return EvalResult(score=round(score, 4), n=len(items), correct=correct, items=items)
+    correct = sum(bool(item["correct"]) for item in items)
+    accuracy = 100.0 * correct / len(items) if items else 0.0
+    return EvalResult(metrics={"accuracy": round(accuracy, 4), "correct": correct}, primary="accuracy", n=len(items), items=items)
 
 
 class Task(ABC):
@@ -138,10 +306,38 @@ class Task(ABC):
     def describe(self, settings: dict) -> str:
         """The task description an agent reads (description.md)."""
 
-    @abstractmethod
-    def evaluate(self, model_dir: Path, eval_dir: Path, backend, settings: dict) -> EvalResult:
-        """Score a model on the held-out split with a generation backend."""
+    # -- evaluation: rollout + scorer ------------------------------------------------------
+    def rollout(self, settings: dict):
+        """The part that runs the model on held-out rows: an object with run(rows, ctx) -> samples."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither rollout()/scorer() nor evaluate()")
 
+    def scorer(self, settings: dict):
+        """The part that scores the samples: an object with score(rows, samples, ctx) -> EvalResult."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither rollout()/scorer() nor evaluate()")
+
+    def parts(self, settings: dict) -> list:
+        """The parts evaluate() uses (their code is part of every score's provenance)."""
+        return [self.rollout(settings), self.scorer(settings)]
+
+    def evaluate(self, ctx: EvalContext) -> EvalResult:
+        """Score ctx.model_dir on the held-out split in ctx.eval_dir: the rollout, then the scorer."""
+        rollout, scorer = self.rollout(ctx.settings), self.scorer(ctx.settings)
+        # The model is loaded before the held-out split is read (a rollout's prepare(ctx)), as a
+        # model's failure to load must never be told anything that came from the split.
+        if hasattr(rollout, "prepare"):
+            rollout.prepare(ctx)
+        rows = ctx.rows()
+        samples = rollout.run(rows, ctx)
+        ctx.phase("scoring")
+        return scorer.score(rows, samples, ctx)
+
+    def noise_repeats(self, settings: dict) -> int:
+        """How many times the baseline is evaluated to measure the grader's noise: 1 for a
+        deterministic grader; `grader_noise_repeats` (K >= 3) for a judge or a nondeterministic
+        environment."""
+        return int(settings.get("grader_noise_repeats") or 1)
+
+    # -- what the agent gets --------------------------------------------------------------
     def exposed_files(self, settings: dict) -> dict[str, Path | bytes]:
         """Workspace-relative name -> what the agent gets there (a file to copy, or its bytes):
         reward code, prompt protocol, environment code."""
@@ -152,3 +348,33 @@ class Task(ABC):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
+
+    # -- provenance -------------------------------------------------------------------------
+    def folder(self) -> Path:
+        """The task's own folder (its package directory)."""
+        return Path(inspect.getfile(type(self))).resolve().parent
+
+    def code_files(self, settings: dict) -> list[Path]:
+        """Every source file a score of this task rests on: the task's folder (code and shipped
+        data), this interface, and the modules of the parts its evaluation uses."""
+        files = {path for path in self.folder().rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+        files.add(Path(__file__).resolve())
+        for part in self.parts(settings):
+            files.update(part_code_files(part))
+        return sorted(files)
+
+
+def part_code_files(part: object) -> set[Path]:
+    """The source files of one part: the module of its class (and of its base classes inside the
+    library), plus whatever it names in a `code_files()` method (a judge, an execution sandbox)."""
+    files: set[Path] = set()
+    library = Path(__file__).resolve().parents[1]
+    for cls in type(part).__mro__:
+        module = sys.modules.get(cls.__module__)
+        path = getattr(module, "__file__", None)
+        if path and Path(path).resolve().is_relative_to(library):
+            files.add(Path(path).resolve())
+    extra = getattr(part, "code_files", None)
+    if callable(extra):
+        files.update(Path(p).resolve() for p in extra())
+    return files

@@ -23,15 +23,14 @@ from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import (
     EVAL_FILE,
     TRAIN_FILE,
-    EvalResult,
     Task,
     require_salt,
     salt_fingerprint,
     salted_seed,
-    score_exact_match,
 )
+from rlbench.tasks.parts import RuleScorer, SingleTurn
 
-PUBLIC = Path(__file__).with_name("addition_control_public.py")
+PUBLIC = Path(__file__).with_name("public.py")
 LOW, HIGH = 10, 99  # two-digit operands, inclusive
 DEFAULT_TRAIN_SIZE = 2000
 DEFAULT_EVAL_SIZE = 100
@@ -125,11 +124,11 @@ class AdditionControl(Task):
             max_new_tokens=settings.get("max_new_tokens", 8),
         )
 
-    def evaluate(self, model_dir: Path, eval_dir: Path, backend, settings: dict) -> EvalResult:
-        public = self.public_module()
-        rows = list(read_jsonl(Path(eval_dir) / EVAL_FILE))
-        completions = backend.generate_chat([public.format_prompt(r) for r in rows], settings.get("max_new_tokens", 8))
-        return score_exact_match(rows, completions, public)
+    def rollout(self, settings: dict) -> SingleTurn:
+        return SingleTurn(self.public_module().format_prompt, settings.get("max_new_tokens", 8))
+
+    def scorer(self, settings: dict) -> RuleScorer:
+        return RuleScorer(self.public_module())
 
 
 TASK_CLASS = AdditionControl

@@ -10,16 +10,15 @@ from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import (
     EVAL_FILE,
     TRAIN_FILE,
-    EvalResult,
     Task,
     require_salt,
     salt_fingerprint,
     salted_seed,
-    score_exact_match,
 )
+from rlbench.tasks.parts import RuleScorer, SingleTurn
 from rlbench.tasks.opencompass_config import read_dataset_config
 
-PUBLIC = Path(__file__).with_name("gsm8k_public.py")
+PUBLIC = Path(__file__).with_name("public.py")
 # The dataset config the reference harness evaluates GSM8K with (benchmarks/__init__.py there).
 OPENCOMPASS_CONFIG = "configs/datasets/gsm8k/gsm8k_gen_1d7fe4.py"
 # What our public module implements; a config naming anything else is refused, not approximated.
@@ -185,11 +184,12 @@ class GSM8K(Task):
         protocol = {**opencompass_protocol(), "max_new_tokens": max_new_tokens(settings)}
         return {"task.py": PUBLIC, "task_protocol.json": json.dumps(protocol, indent=2).encode() + b"\n"}
 
-    def evaluate(self, model_dir: Path, eval_dir: Path, backend, settings: dict) -> EvalResult:
+    def rollout(self, settings: dict) -> SingleTurn:
         public, protocol = self.public_module(), opencompass_protocol()
-        rows = list(read_jsonl(Path(eval_dir) / EVAL_FILE))
-        completions = backend.generate_chat([public.format_prompt(r, protocol) for r in rows], max_new_tokens(settings))
-        return score_exact_match(rows, completions, public)
+        return SingleTurn(lambda row: public.format_prompt(row, protocol), max_new_tokens(settings))
+
+    def scorer(self, settings: dict) -> RuleScorer:
+        return RuleScorer(self.public_module())
 
 
 TASK_CLASS = GSM8K
