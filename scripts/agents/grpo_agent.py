@@ -1,7 +1,9 @@
 """Reference agent: GRPO with TRL's GRPOTrainer on the task's own rule reward.
 
-Rewards: task.reward(completion, row) (1.0 for the right final answer) plus a small format reward
-(0.1 when the completion has a '####' answer line, 0.05 when it at least ends up with a number).
+Rewards: task.reward(completion, row) (1.0 for the right final answer) plus a small format reward:
+the task's own `task.format_reward(completion)` when task.py defines one (HumanEval: 0.1 when the
+extracted code compiles), else 0.1 when the completion has a '####' answer line, 0.05 when it at
+least ends up with a number (GSM8K-style tasks).
 Every GRPO_STEPS_PER_ROUND steps it saves output/v{k} and submits it, for up to GRPO_ROUNDS rounds
 while /time leaves room for another.
 
@@ -46,6 +48,8 @@ def task_reward(completions, row, **kwargs) -> list[float]:
 
 def format_reward(completions, **kwargs) -> list[float]:
     texts = [text_of(c) for c in completions]
+    if hasattr(task, "format_reward"):
+        return [float(task.format_reward(t)) for t in texts]
     return [0.1 if "####" in t else 0.05 if task.extract_answer(t) is not None else 0.0 for t in texts]
 
 
