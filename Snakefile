@@ -21,6 +21,7 @@ include: "rules/evaluate.smk"
 include: "rules/summarize.smk"
 include: "rules/report.smk"
 include: "rules/levels/static.smk"
+include: "rules/levels/judge.smk"
 
 
 rule all:
