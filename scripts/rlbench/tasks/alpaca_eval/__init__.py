@@ -1,0 +1,294 @@
+"""AlpacaEval 2.0 (L2): open-ended instructions, scored by an LLM judge against reference answers.
+
+- hub: the 805 AlpacaEval instructions with the `alpaca_eval_gpt4_baseline` reference outputs
+  (HF dataset tatsu-lab/alpaca_eval), training data the first 2,000 rows of tatsu-lab/alpaca;
+  metric alpaca_eval's `length_controlled_v1` LC win rate.
+- offline: the instruction set with reference answers and the Alpaca-style training set shipped
+  in data/ (written for this repository, disjoint), the held-out order drawn with the salt;
+  metric alpaca_eval's `length_controlled_minimal` GLM (no instruction difficulties offline).
+
+Rollout: one user turn through the model's chat template, greedy, at most 512 new tokens, answer
+stripped (RD-Agent's protocol). Scorer: the task's judge (rlbench.judges, from the `judge:` block)
+compares each answer with the reference in both orders; alpaca_eval's own code turns the
+preferences into win rates (winrate.py). Failed judge calls drop their instruction and are counted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
+from rlbench.tasks.alpaca_eval.winrate import LC_HUB, LC_OFFLINE, compute_metrics, primary_metric
+from rlbench.tasks.base import (
+    EVAL_FILE,
+    TRAIN_FILE,
+    EvalContext,
+    EvalResult,
+    Task,
+    require_salt,
+    salt_fingerprint,
+    salted_seed,
+)
+from rlbench.tasks.parts import SingleTurn
+
+PUBLIC = Path(__file__).with_name("public.py")
+DATA = Path(__file__).with_name("data")
+OFFLINE_EVAL = DATA / "instructions.jsonl"
+OFFLINE_TRAIN = DATA / "train.jsonl"
+OFFLINE_REFERENCE = "rlbench_offline_reference"
+HUB_DEFAULTS = {
+    "path": "tatsu-lab/alpaca_eval",
+    "reference_file": "alpaca_eval_gpt4_baseline.json",
+    "train_path": "tatsu-lab/alpaca",
+    "train_split": "train",
+}
+HUB_TRAIN_SIZE = 2000  # the reference harness's ALPACAEVAL_TRAIN_SAMPLES
+MODEL_NAME = "model"  # the evaluated model's generator name in alpaca_eval's tables
+
+DESCRIPTION = """\
+# Task: AlpacaEval 2.0 (open-ended instruction following)
+
+Make the base model answer open-ended instructions better: explanations, advice, writing,
+lists, rewriting, brainstorming, coding, small math word problems.
+
+- Training data: `data/train.jsonl`, {train_desc}, one JSON object per line with `instruction`,
+  `input` (often empty) and `output` (a good answer).
+- Evaluation: {eval_desc} that you never see. Each is sent as one user turn through the model's
+  own chat template (`task.py:format_prompt`), decoded greedily with at most {max_new_tokens} new
+  tokens, and the answer is stripped.
+- Scoring: an LLM judge ({judge_desc}) compares each answer with a strong reference answer to the
+  same instruction, twice, once in each order, using AlpacaEval 2.0's judge prompt. The metric is
+  AlpacaEval 2.0's length-controlled win rate against the references, 0-100 (50 = as good as the
+  reference), computed by the alpaca_eval package ({lc_desc}). Length control means a longer answer
+  is not better just for being longer. The raw win rate is reported beside it.
+- The judge is noisy: the base model is evaluated {repeats} times and the spread is reported with
+  every improvement.
+- The judge and the references are the grader's; you do not get them. `task.py:proxy_reward` is a
+  cheap heuristic for experiments, NOT the grader's reward.
+"""
+
+
+def _norm(text: str) -> str:
+    """Lowercase words only: what "the same instruction" means for the disjointness checks."""
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def max_new_tokens(settings: dict) -> int:
+    """The generation length: the protocol's 512, unless the sweep shortens it (CPU smoke runs)."""
+    return settings.get("max_new_tokens") or 512
+
+
+def _check_source(settings: dict) -> str:
+    if settings["source"] not in ("hub", "offline"):
+        raise ValueError(f"unknown source {settings['source']!r}; allowed: hub, offline")
+    return settings["source"]
+
+
+def _hub(settings: dict) -> dict:
+    return {**HUB_DEFAULTS, **(settings.get("hub") or {})}
+
+
+def _hub_failure(what: str, exc: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"could not load {what} from the Hugging Face hub ({type(exc).__name__}: {exc}); "
+        "run with network once so the HF cache holds it, or set `tasks: alpaca-eval: source: offline` "
+        "in the config to use the offline twin"
+    )
+
+
+def _hub_train_rows(settings: dict, size: int) -> list[dict]:
+    hub = _hub(settings)
+    try:
+        from datasets import load_dataset
+
+        data = load_dataset(hub["train_path"], split=hub["train_split"])
+    except Exception as exc:
+        raise _hub_failure(f"the training data {hub['train_path']}", exc) from exc
+    rows = data.select(range(min(size, len(data))))
+    return [
+        {"id": f"train-{i}", "instruction": r["instruction"], "input": r.get("input") or "", "output": r["output"]}
+        for i, r in enumerate(rows)
+    ]
+
+
+def _hub_eval_rows(settings: dict) -> list[dict]:
+    hub = _hub(settings)
+    try:
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(repo_id=hub["path"], filename=hub["reference_file"], repo_type="dataset")
+        references = json.loads(Path(path).read_text())
+    except Exception as exc:
+        raise _hub_failure(f"the AlpacaEval references {hub['path']}/{hub['reference_file']}", exc) from exc
+    return [
+        {
+            "id": f"eval-{i}",
+            "index": i,  # AlpacaEval's instruction index: the LC GLM's instruction difficulty
+            "instruction": r["instruction"],
+            "reference": r["output"],
+            "reference_generator": r.get("generator", "reference"),
+            "dataset": r.get("dataset", ""),
+        }
+        for i, r in enumerate(references)
+    ]
+
+
+def lc_method(settings: dict) -> str:
+    return LC_HUB if settings["source"] == "hub" else LC_OFFLINE
+
+
+@dataclass
+class WinRateScorer:
+    """The judge's preferences for the model's answers over the references, as AlpacaEval metrics.
+    Primary: `length_controlled_winrate` (`lc_method` names the GLM), or `win_rate` when no GLM can
+    be fitted. Judge failures: `judge_failures` (failed calls), `judge_failures_by_kind`,
+    `judge_dropped` (instructions left out of every rate)."""
+
+    lc_method: str
+
+    def score(self, rows: list[dict], samples: list[str], ctx: EvalContext) -> EvalResult:
+        from rlbench.judges import Pair, failure_summary
+
+        outputs = [(sample or "").strip() for sample in samples]
+        if len(outputs) != len(rows):
+            raise RuntimeError(f"{len(outputs)} answers for {len(rows)} instructions")
+        judge = ctx.judge()
+        judgments = judge.compare([Pair(r["instruction"], r["reference"], o) for r, o in zip(rows, outputs)])
+        failures = failure_summary(judgments)
+        if rows and failures["instructions"] == len(rows):
+            raise RuntimeError(
+                f"the judge ({judge.backend}: {judge.model}) answered none of the {len(rows)} instructions; "
+                f"failed calls by kind: {failures['by_kind']}"
+            )
+        if failures["count"]:
+            print(f"judge failures: {failures}", file=sys.stderr)
+        reference = rows[0].get("reference_generator", "reference") if rows else "reference"
+        metrics = compute_metrics(
+            [
+                {"index": r["index"], "instruction": r["instruction"], "output_1": r["reference"], "output_2": o,
+                 "preference": j.preference}
+                for r, o, j in zip(rows, outputs, judgments)
+            ],  # fmt: skip
+            lc_method=self.lc_method,
+            reference_name=reference,
+            model_name=MODEL_NAME,
+        )
+        metrics.update(
+            judge_failures=failures["count"],
+            judge_failures_by_kind=failures["by_kind"],
+            judge_dropped=failures["instructions"],
+            judge_requests=judge.stats.requests,
+            judge_cache_hits=judge.stats.cache_hits,
+            judge_backend=judge.backend,
+        )
+        items = [
+            {
+                "id": r["id"],
+                "preference": j.preference,
+                "forward": j.forward.preference,
+                "swapped": j.swapped.preference,
+                "parser": j.forward.parser,
+                "failure": j.forward.failure or j.swapped.failure,
+                "output": o,
+            }
+            for r, o, j in zip(rows, outputs, judgments)
+        ]
+        return EvalResult(metrics=metrics, primary=primary_metric(metrics), n=len(rows), items=items)
+
+    def code_files(self) -> list[Path]:
+        from rlbench import judges
+
+        return judges.code_files()
+
+
+class AlpacaEval(Task):
+    name = "alpaca-eval"
+    level = "L2"
+    public_module_path = PUBLIC
+
+    def prepare_train(self, settings: dict, train_dir: Path) -> dict:
+        source = _check_source(settings)
+        size = settings.get("train_size")
+        if source == "hub":
+            train = _hub_train_rows(settings, size or HUB_TRAIN_SIZE)
+        else:
+            shipped = list(read_jsonl(OFFLINE_TRAIN))
+            train = [{"id": f"train-{i}", **row} for i, row in enumerate(shipped[: size or None])]
+        path = Path(train_dir) / TRAIN_FILE
+        write_jsonl(path, train)
+        return {"source": source, "train_rows": len(train), "train_sha256": sha256_file(path)}
+
+    def prepare_eval(self, settings: dict, train_dir: Path, eval_dir: Path, *, salt: str | None = None) -> dict:
+        source = _check_source(settings)
+        size = settings.get("eval_size")
+        train_rows = list(read_jsonl(Path(train_dir) / TRAIN_FILE))
+        train_instructions = {_norm(r["instruction"]) for r in train_rows}
+        train_instructions |= {_norm(r["instruction"] + " " + (r.get("input") or "")) for r in train_rows}
+        extra: dict = {}
+        if source == "hub":
+            # A prefix keeps every row at its AlpacaEval index, as the reference's max_instances does.
+            held_out = _hub_eval_rows(settings)[: size or None]
+        else:
+            shipped = list(read_jsonl(OFFLINE_EVAL))
+            # The order is drawn with the salt; an eval_size below the set's size keeps an unknowable subset.
+            rng = random.Random(salted_seed(require_salt(salt, self.name), self.name, settings.get("data_seed", 0)))
+            rng.shuffle(shipped)
+            held_out = [
+                {
+                    "id": f"eval-{k}",
+                    "index": k,
+                    "instruction": row["instruction"],
+                    "reference": row["output"],
+                    "reference_generator": OFFLINE_REFERENCE,
+                    "dataset": row.get("category", ""),
+                }
+                for k, row in enumerate(shipped[: size or None])
+            ]
+            extra = {"salt_sha256": salt_fingerprint(salt)}
+        overlap = sum(_norm(r["instruction"]) in train_instructions for r in held_out)
+        if overlap and source == "offline":
+            raise RuntimeError(f"{overlap} held-out instructions also appear in the training split")
+        path = Path(eval_dir) / EVAL_FILE
+        write_jsonl(path, held_out)
+        return {
+            "source": source,
+            "eval_rows": len(held_out),
+            "eval_sha256": sha256_file(path),
+            "lc_method": lc_method(settings),
+            "train_eval_overlap": overlap,  # hub: the real data as they are, overlap only recorded
+            **extra,
+        }
+
+    def describe(self, settings: dict) -> str:
+        judge = settings.get("judge") or {}
+        size = settings.get("eval_size")
+        if settings["source"] == "hub":
+            train_desc = f"the first {settings.get('train_size') or HUB_TRAIN_SIZE} rows of tatsu-lab/alpaca"
+            eval_desc = f"{size or 805} AlpacaEval instructions"
+            lc_desc = "`length_controlled_v1`, the AlpacaEval 2.0 leaderboard's"
+        else:
+            train_desc = "Alpaca-style instruction-answer pairs"
+            eval_desc = f"{size} held-out instructions" if size else "a held-out set of instructions"
+            lc_desc = "`length_controlled_minimal`: the same GLM without per-instruction difficulty"
+        return DESCRIPTION.format(
+            train_desc=train_desc,
+            eval_desc=eval_desc,
+            max_new_tokens=max_new_tokens(settings),
+            judge_desc=f"{judge.get('model', '?')} via the {judge.get('backend', '?')} backend",
+            lc_desc=lc_desc,
+            repeats=self.noise_repeats(settings),
+        )
+
+    def rollout(self, settings: dict) -> SingleTurn:
+        return SingleTurn(self.public_module().format_prompt, max_new_tokens(settings))
+
+    def scorer(self, settings: dict) -> WinRateScorer:
+        return WinRateScorer(lc_method(settings))
+
+
+TASK_CLASS = AlpacaEval
