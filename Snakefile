@@ -20,6 +20,7 @@ include: "rules/collect.smk"
 include: "rules/evaluate.smk"
 include: "rules/summarize.smk"
 include: "rules/report.smk"
+include: "rules/levels/inputs.smk"
 include: "rules/levels/static.smk"
 include: "rules/levels/judge.smk"
 

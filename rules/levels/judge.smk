@@ -8,32 +8,8 @@
 #   (judge, prompt, outputs, replicate), shared by the baseline, the graders and the final
 #   evaluations, so a rerun asks the judge nothing it has answered. It only grows and is no rule's
 #   output: a judge change gives new keys, it never invalidates recorded runs.
-# The evaluations get the judge through level_inputs (rules/common.smk); run_agent gets it
-# ancient(): changing the judge reruns evaluations, never an agent.
-
-
-def get_judge(wildcards):
-    return get_task_settings(wildcards).get("judge")
-
-
-def get_judge_model_input(wildcards):
-    """The local judge's model directory (a models registry name), when the judge is local."""
-    judge = get_judge(wildcards)
-    if judge and judge.get("backend") == "local":
-        return {"judge_model": f"results/models/{judge['model']}"}
-    return {}
-
-
-def judge_level_inputs(wildcards, stage):
-    if not get_judge(wildcards):
-        return {}
-    inputs = {"judge_config": f"results/judges/{wildcards.task}/judge.json", **get_judge_model_input(wildcards)}
-    if stage == "agent":
-        return {name: ancient(path) for name, path in inputs.items()}
-    return inputs
-
-
-LEVEL_INPUTS.append(judge_level_inputs)
+# The evaluations get the judge through level_inputs (rules/levels/inputs.smk); run_agent gets
+# it ancient(): changing the judge reruns evaluations, never an agent.
 
 
 rule judge_config:

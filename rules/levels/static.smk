@@ -8,16 +8,6 @@
 #   record in their provenance. run_agent gets it ancient(): it never reruns an agent.
 
 
-def execution_level_inputs(wildcards, stage):
-    if not get_task_settings(wildcards).get("execution"):
-        return {}
-    path = f"results/levels/static/{wildcards.task}/execution.json"
-    return {"execution_check": ancient(path) if stage == "agent" else path}
-
-
-LEVEL_INPUTS.append(execution_level_inputs)
-
-
 rule check_execution:
     output:
         check="results/levels/static/{task}/execution.json",
