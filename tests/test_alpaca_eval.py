@@ -231,6 +231,21 @@ def test_hub_lc_without_df_gamed_names_the_fix(tmp_path, monkeypatch):
         compute_metrics(rows, lc_method=LC_HUB)
 
 
+def test_hub_split_without_df_gamed_fails_at_data_preparation(tmp_path, monkeypatch):
+    """Before any agent runs (prepare_eval_data), not at the first evaluation hours later."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "train.jsonl").write_text('{"instruction": "Say hi.", "input": "", "output": "Hi."}\n')
+    settings = {**SETTINGS, "source": "hub", "hub": {"path": "tatsu-lab/alpaca_eval"}}
+    with pytest.raises(LengthControlUnavailable, match="df_gamed.csv"):
+        AlpacaEval().prepare_eval(settings, tmp_path / "train", tmp_path)
+    assert not (tmp_path / "eval.jsonl").exists()
+
+
 # -- the task, end to end -------------------------------------------------------------------------
 
 WIN = "WIN!"

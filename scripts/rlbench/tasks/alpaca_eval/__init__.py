@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
-from rlbench.tasks.alpaca_eval.winrate import LC_HUB, LC_OFFLINE, compute_metrics, primary_metric
+from rlbench.tasks.alpaca_eval.winrate import LC_HUB, LC_OFFLINE, compute_metrics, ensure_df_gamed, primary_metric
 from rlbench.tasks.base import (
     EVAL_FILE,
     TRAIN_FILE,
@@ -231,6 +231,10 @@ class AlpacaEval(Task):
         train_instructions |= {_norm(r["instruction"] + " " + (r.get("input") or "")) for r in train_rows}
         extra: dict = {}
         if source == "hub":
+            # The LC metric's data, fetched (or found missing) now: before any agent runs, not at
+            # the first evaluation.
+            if lc_method(settings) == LC_HUB:
+                ensure_df_gamed()
             # A prefix keeps every row at its AlpacaEval index, as the reference's max_instances does.
             held_out = _hub_eval_rows(settings)[: size or None]
         else:
