@@ -1,0 +1,177 @@
+"""Text generators for rollouts (rlbench.rollouts): the cached, batched generator must answer
+exactly like the reference's one-prompt-at-a-time loop, while reusing cached prompt state."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rlbench.generation import cut_at_stop
+from rlbench.models import prepare_model
+from rlbench.rollouts import CachedBatchGenerator, FullPromptGenerator, load_text_generator
+from rlbench.tasks.alfworld.public import clean_action, history_entry
+
+PREFIXES = [
+    "Interact with a household to solve a task. Here are two examples.\n"
+    "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a drawer 2.\n"
+    "Your task is to: put a clean mug in coffeemachine.\n> think: First I need to find a mug.\nOK.\n"
+    "> go to cabinet 1\nOn the cabinet 1, you see a mug 1.\n> take mug 1 from cabinet 1\n"
+    "You pick up the mug 1 from the cabinet 1.\n\nHere is the task.\n",
+    "Interact with a household to solve a task. Here are two examples.\n"
+    "You are in the middle of a room. Looking quickly around you, you see a fridge 1, a shelf 3.\n"
+    "Your task is to: cool some apple and put it in shelf.\n> go to fridge 1\nThe fridge 1 is closed.\n"
+    "> open fridge 1\nYou open the fridge 1. In it, you see a apple 2.\n> think: Now I cool it.\nOK.\n"
+    "\nHere is the task.\n",
+]
+OBSERVATIONS = [
+    "Nothing happens.",
+    "On the desk 1, you see a pen 2, a apple",
+    "OK.",
+    "You arrive at the countertop 1. On it you see 1 2 3 4 5",
+    "The drawer 1 is closed and the cat sat on the mat",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rollouts") / "tiny"
+    prepare_model({"name": "tiny", "source": "tiny", "hf_id": "rlbench/tiny-qwen2", "seed": 0}, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    return FullPromptGenerator(model_dir, device="cpu")
+
+
+def _start(episode: int) -> str:
+    return PREFIXES[episode % 2] + f"You see a cabinet {episode}, a desk {episode + 3}.\nYour task is to: put pen {episode} on desk.\n>"
+
+
+def _next_prompt(prompt: str, completion: str, episode: int, step: int, rng: random.Random) -> str:
+    observation = rng.choice(OBSERVATIONS)
+    if (episode + step) % 3 == 0:
+        # Raw continuation: the appended text's first characters may merge with the completion's
+        # last token on re-tokenization (e.g. " apple" + "s" -> " apples"), invalidating cached KV.
+        return prompt + completion + rng.choice(["s", "ing", "", "1", "\n"]) + observation + "\n>"
+    return prompt + history_entry(clean_action(completion), observation)
+
+
+def test_cached_batch_equals_reference_over_react_like_episodes(model_dir, reference):
+    ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16, retire_fraction=0.2)
+    reference.reset_stats()
+    rng = random.Random(0)
+    episodes = 7
+    live = {e: _start(e) for e in range(episodes - 1)}
+    ends = {e: 3 + e % 4 for e in range(episodes)}  # episodes end at steps 3..6
+    late = episodes - 1  # joins at step 2, while the others are cached and longer
+    stops = [None, [" and"], ["\n"], ["to to", "ii"], [">>>"], None]
+    seen_cut = False
+    for step in range(6):
+        if step == 2:
+            live[late] = _start(late)
+        stop = stops[step]
+        expected = reference.generate(live, 10, stop)
+        got = ours.generate(live, 10, stop)
+        assert got == expected, f"step {step}"
+        if step in (3, 4):  # the stop string cuts like generation.cut_at_stop on the uncut text
+            uncut = reference.generate(live, 10, None)
+            for key in live:
+                assert expected[key] == cut_at_stop(uncut[key], stop) or len(uncut[key]) > len(expected[key])
+                seen_cut |= expected[key] != uncut[key]
+        following = {}
+        for key, prompt in live.items():
+            if step + 1 >= ends[key]:
+                ours.release(key)
+            else:
+                following[key] = _next_prompt(prompt, expected[key], key, step, rng)
+        live = following
+    assert seen_cut, "no stop string ever cut a completion: the test lost its stop-string check"
+    assert not ours.entries
+
+    # Reuse: the shared prefixes are computed once, each episode's history stays cached.
+    computed = ours.stats["prompt_tokens_computed"]
+    assert computed < 0.25 * ours.stats["prompt_tokens"], ours.stats
+    assert ours.stats["prompt_tokens_reused"] > 0.75 * ours.stats["prompt_tokens"], ours.stats
+    assert ours.stats["forward_calls"] <= 6 * 10 + 2 * 2, ours.stats  # one per decoded token (+ prefix nodes)
+    assert ours.stats["generated_tokens"] > 0
+
+
+def test_shared_prefix_computed_once(model_dir, reference):
+    ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16, idle_prefix_tokens=0)
+    prompts = {e: _start(e) for e in range(6)}
+    assert ours.generate(prompts, 4, None) == reference.generate(prompts, 4, None)
+    tokens = {e: len(ours.hf.encode(p)) for e, p in prompts.items()}
+    prefix = [len(ours.hf.encode(p)) for p in PREFIXES]
+    # Each of the two prefixes went through the model once, not once per episode.
+    assert ours.stats["prompt_tokens_computed"] <= sum(tokens.values()) - 4 * min(prefix)
+    held = ours.cached_tokens()
+    # Both prefixes are in the tree once (their common beginning once for both).
+    assert held["keys"] == 6 and max(prefix) <= held["shared"] <= sum(prefix) + 2 * 20
+    for key in prompts:
+        ours.release(key)
+    assert ours.cached_tokens() == {"shared": 0, "private": 0, "keys": 0}
+
+
+def test_rows_finishing_early_are_retired(model_dir, reference):
+    """Rows that stop early leave the batch mid-decode (their caches copied out, the buffer
+    compacted); the rest decode on, and later calls still reuse everybody's cache."""
+    ours = CachedBatchGenerator(model_dir, device="cpu", retire_fraction=0.3)
+    prompts = {
+        "gt": "Hello world. The cat sat on the mat.\n>",
+        "to": "Looking quickly around you, you see a cabinet 4, a desk 2.\n> go to",
+        "apple": "On the desk 1, you see a pen 2, a apple",
+        "digits": "1 2 3 4 5 6 7",
+        "need": "Your task is to: put some pen on desk 1.\n> think: I need",
+    }
+    stop = [">>>", " apple apple", "77777"]
+    for step in range(3):
+        expected = reference.generate(prompts, 14, stop)
+        assert ours.generate(prompts, 14, stop) == expected, f"step {step}"
+        prompts = {key: prompt + expected[key] + f" x{step}\n>" for key, prompt in prompts.items()}
+    assert ours.stats.get("rows_retired_early", 0) > 0, "no row was retired mid-decode: that path went untested"
+    assert ours.stats["prompt_tokens_reused"] > ours.stats["prompt_tokens_computed"]
+
+
+def test_edited_and_repeated_prompts(model_dir, reference):
+    """Cached state is only reused up to the longest common token prefix: shortened, edited and
+    identical prompts all answer like the reference."""
+    ours = CachedBatchGenerator(model_dir, device="cpu")
+    base = _start(1) + " go to desk 4\nOn the desk 4, you see a apple"
+    sequence = [
+        base,
+        base,  # identical: everything cached but the last token
+        base + "s and a pen 1.\n>",  # merges with " apple"
+        base[:-40] + "Nothing happens.\n>",  # edited inside the cached part
+        base[:50],  # much shorter than what is cached
+    ]
+    for prompt in sequence:
+        assert ours.generate({"a": prompt, "b": prompt[: len(prompt) // 2]}, 8, [" and"]) == reference.generate(
+            {"a": prompt, "b": prompt[: len(prompt) // 2]}, 8, [" and"]
+        )
+
+
+def test_context_limit_returns_none(model_dir, reference):
+    ours = CachedBatchGenerator(model_dir, device="cpu")
+    limit = ours.hf.max_positions
+    unit = "1 2 3 4 5 6 7 8 9 "
+    per_unit = len(ours.hf.encode(unit * 100)) / 100
+    long_prompt = unit * int(limit / per_unit + 20)
+    assert len(ours.hf.encode(long_prompt)) + 10 > limit
+    repeats = int((limit - 10) / per_unit)
+    while len(ours.hf.encode(unit * repeats)) + 10 > limit:
+        repeats -= 1
+    fitting = unit * repeats  # the longest such prompt that still fits
+    prompts = {"long": long_prompt, "short": _start(0), "edge": fitting}
+    expected = reference.generate(prompts, 10, None)
+    assert expected["long"] is None and expected["short"] is not None and expected["edge"] is not None
+    assert ours.generate(prompts, 10, None) == expected
+    assert ours.stats["over_context"] == 1
+
+
+def test_load_text_generator_names(model_dir):
+    assert isinstance(load_text_generator("hf", model_dir, device="cpu"), CachedBatchGenerator)
+    assert isinstance(load_text_generator("reference", model_dir, device="cpu"), FullPromptGenerator)
+    with pytest.raises(ValueError):
+        load_text_generator("nope", model_dir)
