@@ -38,8 +38,9 @@ SCRIPTS_DIR = Path(__file__).resolve().parents[1]
 # what it generated, which runs inside the task's evaluate).
 MODEL_PHASES = frozenset({"loading", "generating"})
 # Phases in which the child has read the held-out split: what it prints or raises may quote it.
-# "scoring" (a judge, an execution sandbox, an environment reward) is the harness's part.
-HELD_OUT_PHASES = frozenset({"generating", "scoring", "writing"})
+# "scoring" (a judge, an execution sandbox, an environment reward) and "environment" (an L3
+# rollout stepping its games between generation calls) are the harness's part.
+HELD_OUT_PHASES = frozenset({"generating", "environment", "scoring", "writing"})
 LOG_TAIL_LINES = 5
 LOG_TAIL_BYTES = 64 * 1024  # only the end of the log is read: a chatty model must not cost memory
 WITHHELD = "details are withheld because they may quote held-out data"

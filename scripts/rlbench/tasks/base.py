@@ -189,6 +189,7 @@ class EvalContext:
     #: a ready generation backend to use instead of loading model_dir (tests, benchmarks)
     backend: object = None
     _generator: object = field(default=None, init=False, repr=False)
+    _text_generator: object = field(default=None, init=False, repr=False)
     _judge: object = field(default=None, init=False, repr=False)
     _scratch: object = field(default=None, init=False, repr=False)
 
@@ -217,9 +218,23 @@ class EvalContext:
             self.phase("generating")
         return self._generator
 
+    def text_generator(self):
+        """The submitted model as a text-completion generator that keeps each episode's prompt
+        cached between calls (rlbench.rollouts; L3 environment loops), loaded once."""
+        if self._text_generator is None and self.backend is not None:
+            self.phase("generating")
+            self._text_generator = self.backend
+        if self._text_generator is None:
+            from rlbench.rollouts import load_text_generator
+
+            self.phase("loading")
+            self._text_generator = load_text_generator(self.evaluation.get("backend", "auto"), Path(self.model_dir))
+            self.phase("generating")
+        return self._text_generator
+
     @property
     def backend_name(self) -> str | None:
-        return getattr(self._generator, "name", None)
+        return getattr(self._generator or self._text_generator, "name", None)
 
     def judge(self):
         """The task's judge backend, from its `judge:` settings (loaded once)."""

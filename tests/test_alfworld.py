@@ -1,0 +1,213 @@
+"""ALFWorld (L3) through the real evaluation path: generated games, the official engine, the pool
+of environment processes, the lockstep ReAct loop and the scorer.
+
+Policies stand in for a model: an expert-plan policy (each game's validated expert commands)
+must win every held-out game it plays, a nonsense policy none. The held-out games never reach a
+workspace or the environment an agent runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from rlbench.jsonio import read_jsonl
+from rlbench.tasks import get_task
+from rlbench.tasks.alfworld import VALID_UNSEEN_MIX, equal_counts, mix_counts, public
+from rlbench.tasks.alfworld.rollout import play_episodes
+from rlbench.tasks.base import EvalContext, new_salt, public_metrics
+
+TYPES = sorted(VALID_UNSEEN_MIX)
+
+
+def settings(**overrides) -> dict:
+    base = {
+        "name": "alfworld",
+        "module": "alfworld",
+        "level": "L3",
+        "source": "offline",
+        "metric": "success_rate",
+        "train_size": 6,
+        "eval_size": None,
+        "data_seed": 0,
+        "environment": {"max_steps": 50, "workers": 2},
+    }
+    return {**base, **overrides}
+
+
+class ExpertPolicy:
+    """Plays each game's stored walkthrough (the validated expert commands), one per step."""
+
+    name = "expert-plan"
+
+    def __init__(self, games: dict):
+        self.plans = {key: json.loads(Path(path).read_text())["walkthrough"] for key, path in games.items()}
+        self.turn = {key: 0 for key in games}
+        self.calls = 0
+
+    def generate(self, prompts, max_new_tokens, stop):
+        self.calls += 1
+        out = {}
+        for key in prompts:
+            plan, index = self.plans[key], self.turn[key]
+            self.turn[key] = index + 1
+            out[key] = " " + (plan[index] if index < len(plan) else "look") + "\nignored after the stop"
+        return out
+
+
+class NonsensePolicy:
+    name = "nonsense"
+
+    def generate(self, prompts, max_new_tokens, stop):
+        return {key: " dance with the toaster" for key in prompts}
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory):
+    """6 training games (one per type) and 12 held-out games (two per type), generated once."""
+    root = tmp_path_factory.mktemp("alfworld")
+    task = get_task(settings())
+    salt = new_salt()
+    train_games, heldout_games = root / "levels" / "train", root / "levels" / "heldout"
+    # Two per type: the test's own mix (the protocol's is valid_unseen's 24/31/23/21/18/17).
+    task.build_games(settings(), "train", train_games, workers=2)
+    from rlbench.tasks.alfworld.generate import generate_games
+    from rlbench.tasks.base import salted_seed
+
+    generate_games(
+        heldout_games, split="heldout", world_seed=0, game_seed=salted_seed(salt, "alfworld", 0),
+        counts={kind: 2 for kind in TYPES}, workers=2,
+    )
+    train_dir, eval_dir = root / "data" / "train", root / "data" / "eval"
+    train_manifest = task.prepare_train(settings(), train_dir, sources={"train_games": train_games})
+    eval_manifest = task.prepare_eval(settings(), train_dir, eval_dir, salt=salt, sources={"heldout_games": heldout_games})
+    return {"root": root, "task": task, "train": train_dir, "eval": eval_dir, "salt": salt,
+            "train_manifest": train_manifest, "eval_manifest": eval_manifest}
+
+
+def evaluate(splits, backend, **overrides):
+    ctx = EvalContext(settings(**overrides), model_dir=None, eval_dir=splits["eval"], backend=backend)
+    try:
+        return splits["task"].evaluate(ctx)
+    finally:
+        ctx.close()
+
+
+def test_mixes():
+    assert mix_counts(None) == VALID_UNSEEN_MIX and sum(mix_counts(None).values()) == 134
+    assert sum(mix_counts(12).values()) == 12 and all(v >= 1 for v in mix_counts(12).values())
+    assert sum(mix_counts(50).values()) == 50
+    assert equal_counts(12) == {kind: 2 for kind in VALID_UNSEEN_MIX}
+    assert sum(equal_counts(7).values()) == 7
+
+
+def test_splits_cover_every_type_and_are_disjoint(splits):
+    eval_rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))
+    train_rows = list(read_jsonl(splits["train"] / "train.jsonl"))
+    assert sorted({row["task_type"] for row in eval_rows}) == TYPES and len(eval_rows) == 12
+    assert sorted({row["task_type"] for row in train_rows}) == TYPES and len(train_rows) == 6
+    assert splits["eval_manifest"]["shared_task_object_pairs"] == 0
+    for row in train_rows:  # the agent's demonstrations: winning expert trajectories on its own games
+        assert (splits["train"] / row["game"]).is_file()
+        assert row["expert"] and row["expert_steps"] == len(row["expert"]) <= 50
+        assert row["initial_observation"].startswith("You are in the middle of a room")
+
+
+def test_expert_plan_wins_every_heldout_game(splits):
+    rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))
+    games = {row["id"]: splits["eval"] / row["game"] for row in rows}
+    result = evaluate(splits, ExpertPolicy(games))
+    assert result.primary == "success_rate" and result.score == 100.0 and result.n == 12
+    assert result.metrics["won"] == 12
+    assert set(result.metrics["per_type_success"]) == set(TYPES)
+    assert all(rate == 100.0 for rate in result.metrics["per_type_success"].values())
+    assert 1 <= result.metrics["mean_steps"] <= 50
+    public = public_metrics(result.to_dict())
+    assert public["metrics"]["per_type_success"] and "items" not in public
+
+
+def test_nonsense_policy_wins_nothing(splits):
+    result = evaluate(splits, NonsensePolicy(), environment={"max_steps": 5, "workers": 2})
+    assert result.score == 0.0 and result.metrics["won"] == 0
+    assert result.metrics["mean_steps"] == 5  # every episode runs to the step limit
+    assert all(item["end"] == "max_steps" and item["actions"] == ["dance with the toaster"] * 5 for item in result.items)
+
+
+def test_lockstep_and_one_at_a_time_agree(splits):
+    rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))[::3]  # 4 games of different types
+    games = {row["id"]: splits["eval"] / row["game"] for row in rows}
+    with public.EnvPool(workers=2) as pool:
+        together = play_episodes(games, ExpertPolicy(games), pool, max_live=3)
+        alone = play_episodes(games, ExpertPolicy(games), pool, lockstep=False)
+    assert together == alone and all(episode["won"] for episode in together.values())
+
+
+def test_textworld_speed_up_keeps_outcomes_identical(splits):
+    """The parser memoisation must not change a single observation, admissible command or flag."""
+    import subprocess
+    import sys
+
+    rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))[::4]  # 3 games of different types
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import public\n"
+        "out = []\n"
+        "for game in sys.argv[3:]:\n"
+        "    env = public.GameEnv(game, speed_up=sys.argv[2] == '1')\n"
+        "    obs, info = env.reset(); trace = [obs, info['admissible_commands']]\n"
+        "    for action in json.load(open(game))['walkthrough'] + ['look', 'nonsense']:\n"
+        "        o, won, done, info = env.step(action); trace.append([o, won, done, info['admissible_commands']])\n"
+        "    out.append(trace)\n"
+        "print(json.dumps(out))\n"
+    )
+    games = [str(splits["eval"] / row["game"]) for row in rows]
+    folder = str(Path(public.__file__).parent)
+    traces = [
+        subprocess.run([sys.executable, "-c", script, folder, flag, *games], capture_output=True, text=True, check=True).stdout
+        for flag in ("0", "1")
+    ]
+    assert traces[0] == traces[1] and json.loads(traces[0])
+
+
+def _hashes(folder: Path) -> set[str]:
+    return {hashlib.sha256(path.read_bytes()).hexdigest() for path in folder.rglob("*") if path.is_file()}
+
+
+def _problems(folder: Path) -> set[str]:
+    return {
+        hashlib.sha256(json.loads(path.read_text())["pddl_problem"].encode()).hexdigest()
+        for path in folder.rglob("game.tw-pddl")
+    }
+
+
+def test_heldout_games_never_reach_a_workspace_or_the_agents_environment(splits, tmp_path):
+    import importlib.util
+
+    from rlbench.workspace import prepare_workspace
+
+    task, task_settings = splits["task"], settings()
+    workspace, model = tmp_path / "ws", tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    manifest = prepare_workspace(workspace, task, task_settings, model, "org/base", splits["train"])
+    heldout_problems = _problems(splits["eval"] / "games")
+    assert len(heldout_problems) == 12
+    assert not heldout_problems & _problems(workspace)
+    assert not _hashes(splits["eval"] / "games") & _hashes(workspace)
+    assert not any("eval" in name for name in manifest["files"])
+    assert (workspace / "task.py").read_bytes() == Path(public.__file__).read_bytes()
+    assert (workspace / public.PROMPTS_FILE).is_file() and "ALFWorld" in (workspace / "description.md").read_text()
+    # The agent's environment: the workspace's own task.py and pool, over the workspace's games.
+    spec = importlib.util.spec_from_file_location("workspace_task", workspace / "task.py")
+    agent_task = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent_task)
+    rows = list(read_jsonl(workspace / "data" / "train.jsonl"))
+    games = {row["id"]: workspace / "data" / row["game"] for row in rows}
+    assert not _problems(workspace / "data") & heldout_problems and len(_problems(workspace / "data")) == 6
+    with agent_task.EnvPool(workers=2) as pool:
+        starts = pool.reset(games)
+        assert set(starts) == set(games)
+        assert all(observation.startswith("You are in the middle of a room") for observation, _ in starts.values())
+        stepped = pool.step({key: "look" for key in games})
+        assert all(isinstance(observation, str) and not won for observation, won, _, _ in stepped.values())
