@@ -23,6 +23,7 @@ include: "rules/report.smk"
 include: "rules/levels/inputs.smk"
 include: "rules/levels/static.smk"
 include: "rules/levels/judge.smk"
+include: "rules/levels/online.smk"
 
 
 rule all:

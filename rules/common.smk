@@ -66,7 +66,8 @@ def get_eval_data_input(wildcards):
 
 # Levels are plug-ins (rules/levels/*.smk): each appends to LEVEL_INPUTS a function
 # (wildcards, stage) -> {name: path} giving the extra inputs its tasks need at a stage ("evaluate":
-# baseline and final evaluations; "agent": the grader inside run_agent), fed to the common rules
+# baseline and final evaluations; "agent": the grader inside run_agent; "train_data" and
+# "eval_data": the splits' sources, such as an L3 task's games), fed to the common rules
 # through unpack(level_inputs(stage)). The judgment cache is not an input: it only ever grows.
 LEVEL_INPUTS = []
 JUDGMENT_CACHE = "results/judgments/{task}"

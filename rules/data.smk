@@ -1,4 +1,6 @@
 rule prepare_data:
+    input:
+        unpack(level_inputs("train_data")),
     output:
         train="results/data/{task}/train/train.jsonl",
         manifest="results/data/{task}/train/manifest.json",
@@ -33,6 +35,7 @@ rule eval_salt:
 rule prepare_eval_data:
     input:
         unpack(get_eval_data_input),
+        unpack(level_inputs("eval_data")),
     output:
         eval="results/data/{task}/eval/eval.jsonl",
         manifest="results/data/{task}/eval/manifest.json",

@@ -9,6 +9,9 @@ from rlbench.jsonio import write_json
 from rlbench.tasks import get_task
 
 settings = snakemake.params.task
-manifest = get_task(settings).prepare_train(settings, Path(snakemake.output.train).parent)
+# What a level plug-in built for the split (an L3 task's games): every named input.
+sources = {name: Path(path) for name, path in snakemake.input.items()}
+extra = {"sources": sources} if sources else {}
+manifest = get_task(settings).prepare_train(settings, Path(snakemake.output.train).parent, **extra)
 print(f"prepared the {settings['name']} training split: {manifest}", file=sys.stderr)
 write_json(Path(snakemake.output.manifest), manifest)

@@ -12,8 +12,11 @@ from rlbench.tasks.base import read_salt
 settings = snakemake.params.task
 # The salt is an input file, never a param: params are stored in .snakemake/metadata. Hub sources have none.
 salt = read_salt(Path(snakemake.input.salt)) if snakemake.input.get("salt") else None
+# What a level plug-in built for the split (an L3 task's games): every input but the two above.
+sources = {name: Path(path) for name, path in snakemake.input.items() if name not in ("train", "salt")}
+extra = {"sources": sources} if sources else {}
 manifest = get_task(settings).prepare_eval(
-    settings, Path(snakemake.input.train).parent, Path(snakemake.output.eval).parent, salt=salt
+    settings, Path(snakemake.input.train).parent, Path(snakemake.output.eval).parent, salt=salt, **extra
 )
 print(f"prepared the {settings['name']} held-out split: {manifest}", file=sys.stderr)
 write_json(Path(snakemake.output.manifest), manifest)

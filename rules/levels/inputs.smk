@@ -1,7 +1,8 @@
 # What each level plug-in (rules/levels/*.smk) adds to the common rules' inputs, registered in
 # LEVEL_INPUTS (rules/common.smk) and fed to them through unpack(level_inputs(stage)). A function
-# (wildcards, stage) -> {name: path}; stage "evaluate" (baseline and final evaluations) or "agent"
-# (the grader inside run_agent, which gets them ancient: they never rerun an agent).
+# (wildcards, stage) -> {name: path}; stage "evaluate" (baseline and final evaluations), "agent"
+# (the grader inside run_agent, which gets them ancient: they never rerun an agent), "train_data"
+# or "eval_data" (what prepare_data / prepare_eval_data build a split from: an L3 task's games).
 
 
 # -- judge.smk: tasks with a `judge:` block -------------------------------------------------------
@@ -41,3 +42,49 @@ def execution_level_inputs(wildcards, stage):
 
 
 LEVEL_INPUTS.append(execution_level_inputs)
+
+
+# -- online.smk: interactive tasks (level L3) --------------------------------------------------
+# The settings each split's games depend on: changing the held-out size never rebuilds the
+# training games (and so never reruns an agent).
+GAME_KEYS = {
+    "train": ("name", "module", "level", "source", "train_size", "data_seed", "hub"),
+    "heldout": ("name", "module", "level", "source", "eval_size", "data_seed", "hub"),
+}
+
+
+def is_online(wildcards):
+    return get_task_settings(wildcards).get("level") == "L3"
+
+
+def get_games_settings(wildcards):
+    return get_task_settings(wildcards, GAME_KEYS[wildcards.split])
+
+
+def get_games_input(wildcards):
+    """The salt, for the held-out games of a generated source (hub games are public)."""
+    if (
+        wildcards.split == "heldout"
+        and get_task_settings(wildcards).get("source") != "hub"
+    ):
+        return {"salt": EVAL_SALT}
+    return {}
+
+
+def get_generation_threads(wildcards):
+    """Processes that build games: the task's environment.generation_workers, else all cores."""
+    environment = get_task_settings(wildcards).get("environment") or {}
+    return environment.get("generation_workers") or workflow.cores
+
+
+def online_level_inputs(wildcards, stage):
+    if not is_online(wildcards):
+        return {}
+    if stage == "train_data":
+        return {"train_games": f"results/levels/online/{wildcards.task}/train"}
+    if stage == "eval_data":
+        return {"heldout_games": f"results/levels/online/{wildcards.task}/heldout"}
+    return {}
+
+
+LEVEL_INPUTS.append(online_level_inputs)
