@@ -211,3 +211,26 @@ def test_heldout_games_never_reach_a_workspace_or_the_agents_environment(splits,
         assert all(observation.startswith("You are in the middle of a room") for observation, _ in starts.values())
         stepped = pool.step({key: "look" for key in games})
         assert all(isinstance(observation, str) and not won for observation, won, _, _ in stepped.values())
+
+
+def test_hub_source_reads_a_local_copy_of_the_official_layout(splits, tmp_path):
+    """The hub source on a folder laid out as alfworld-download's (json_2.1.1/{train,valid_unseen})."""
+    import shutil
+
+    root = tmp_path / "alfworld-data"
+    for split, source in (("train", splits["train"]), ("valid_unseen", splits["eval"])):
+        for game in sorted((source / "games").rglob("game.tw-pddl")):
+            shutil.copytree(game.parent, root / "json_2.1.1" / split / game.parent.relative_to(source / "games"))
+    hub = settings(source="hub", hub={"path": str(root)}, train_size=None, eval_size=None)
+    task = get_task(hub)
+    task.build_games(hub, "train", tmp_path / "train_games", workers=1)
+    task.build_games(hub, "heldout", tmp_path / "heldout_games", workers=1)
+    train_dir, eval_dir = tmp_path / "train", tmp_path / "eval"
+    task.prepare_train(hub, train_dir, sources={"train_games": tmp_path / "train_games"})
+    manifest = task.prepare_eval(hub, train_dir, eval_dir, sources={"heldout_games": tmp_path / "heldout_games"})
+    train_rows = list(read_jsonl(train_dir / "train.jsonl"))
+    assert len(train_rows) == 6 and all(row["expert"] for row in train_rows)
+    assert manifest["eval_rows"] == 12 and "salt_sha256" not in manifest  # public games: no salt
+    missing = settings(source="hub", hub={"path": str(tmp_path / "nowhere")})
+    with pytest.raises(FileNotFoundError, match="alfworld-download"):
+        task.build_games(missing, "train", tmp_path / "x")

@@ -27,9 +27,10 @@ def test_default_config_is_valid_and_gets_defaults(registries, default_config):
         ("gsm8k", "copy"), ("gsm8k", "sft"), ("gsm8k", "grpo"),
         ("humaneval", "copy"), ("humaneval", "sft"), ("humaneval", "grpo"),
         ("alpaca-eval", "copy"), ("alpaca-eval", "sft"),
+        ("alfworld", "copy"), ("alfworld", "sft-grpo"),
     }  # fmt: skip
     # Every task of the default sweep runs offline; the judge is a local model.
-    assert {config["tasks"][t]["source"] for t in ("gsm8k", "humaneval", "alpaca-eval")} == {"offline"}
+    assert {config["tasks"][t]["source"] for t in ("gsm8k", "humaneval", "alpaca-eval", "alfworld")} == {"offline"}
     assert config["tasks"]["alpaca-eval"]["judge"]["backend"] == "local"
     assert config["evaluation"]["backend"] == "auto"
 

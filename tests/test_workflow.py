@@ -186,9 +186,10 @@ def test_paper_sweep_plans_with_cluster_runtimes(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    # (gsm8k, humaneval) x 2 models x 3 agents x 3 seeds + alpaca-eval x 2 models x 2 agents x 3 seeds
-    assert re.search(r"run_agent\s+48\n", out)
+    # (gsm8k, humaneval) x 2 models x 3 agents x 3 seeds + (alpaca-eval, alfworld) x 2 models x 2 agents x 3 seeds
+    assert re.search(r"run_agent\s+60\n", out)
     assert re.search(r"judge_config\s+1\n", out) and re.search(r"check_execution\s+1\n", out)
+    assert re.search(r"generate_games\s+2\n", out)  # ALFWorld's training and held-out games, once each
     assert "runtime=781" in out  # minutes: 12 h budget + 60 s grace + 1 h overhead
 
 

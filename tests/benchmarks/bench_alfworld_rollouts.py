@@ -1,0 +1,242 @@
+"""Benchmark: ALFWorld ReAct rollouts, ours vs the reference's loop, on the same games and model.
+
+    .venv/bin/python tests/benchmarks/bench_alfworld_rollouts.py [--model tiny|smollm2-135m-instruct]
+        [--model-dir DIR] [--games-dir DIR] [--episodes 50] [--max-steps 50] [--max-new-tokens 100]
+        [--workers 2] [--threads N] [--skip-reference] [--json OUT.json]
+
+Plays the same held-out-style episodes twice:
+- ours: every live episode advanced in lockstep, one batched generation call per step
+  (rlbench.rollouts.CachedBatchGenerator: the shared few-shot prefix computed once, each
+  episode's history kept as KV cache between steps), the games stepping in an EnvPool of
+  --workers processes (rlbench.tasks.alfworld.rollout.play_episodes, lockstep=True);
+- the reference's loop: one episode at a time, the whole prompt computed at every step
+  (FullPromptGenerator: transformers generate, batch 1), one game environment in process.
+
+Both are greedy float32 on CPU, so every episode must come out identical (won, steps, end, actions);
+differing episodes are listed (a flipped greedy token from padding/caching numerics would show
+here). Prints each side's wall time split into generation / environment / reset, and the ratios:
+generation speed-up, total speed-up, and ours' total against its environment time alone.
+
+Model: --model names a registry entry under config/models/ (prepared with rlbench.models.
+prepare_model into a temporary folder; smollm2-135m-instruct builds offline in about a minute), or
+--model-dir an already prepared model directory. Games: --games-dir reuses the games found there
+(any */game.tw-pddl), or generates them there when it is empty or missing; without it they are
+generated into a temporary folder (rlbench.tasks.alfworld.generate, heldout split, the
+valid_unseen task-type mix scaled to --episodes).
+
+The reference side is slow with a real model (every step recomputes a ~1.5k-token prompt); on a
+small CPU use e.g. --model smollm2-135m-instruct --episodes 6 --max-steps 5. Machines are shared
+and noisy: compare ratios, not seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import yaml  # noqa: E402
+
+from rlbench.models import prepare_model  # noqa: E402
+from rlbench.rollouts import CachedBatchGenerator, FullPromptGenerator  # noqa: E402
+from rlbench.tasks.alfworld import public  # noqa: E402
+from rlbench.tasks.alfworld.rollout import play_episodes  # noqa: E402
+
+
+class InProcessPool:
+    """The reference's environment: games played in this process, one GameEnv per episode, on
+    stock textworld (no parser memoisation) (the EnvPool interface: reset / step / release)."""
+
+    def __init__(self):
+        self.envs: dict = {}
+        self.env_seconds = 0.0
+
+    def reset(self, games: dict, max_steps: int = public.MAX_STEPS) -> dict:
+        out = {}
+        for key, game in games.items():
+            began = time.perf_counter()
+            self.release([key])
+            with contextlib.redirect_stderr(io.StringIO()):  # textworld's progress bars
+                env = self.envs[key] = public.GameEnv(game, max_steps=max_steps, speed_up=False)
+                out[key] = env.reset()
+            self.env_seconds += time.perf_counter() - began
+        return out
+
+    def step(self, actions: dict) -> dict:
+        began = time.perf_counter()
+        out = {key: self.envs[key].step(action) for key, action in actions.items()}
+        self.env_seconds += time.perf_counter() - began
+        return out
+
+    def release(self, keys) -> None:
+        for key in keys:
+            env = self.envs.pop(key, None)
+            if env is not None:
+                env.close()
+
+    def close(self) -> None:
+        self.release(list(self.envs))
+
+
+def _model_dir(args, tmp: Path) -> Path:
+    if args.model_dir:
+        return Path(args.model_dir)
+    spec = yaml.safe_load((ROOT / "config" / "models" / f"{args.model}.yaml").read_text())
+    out = tmp / "model"
+    began = time.perf_counter()
+    prepare_model(spec, out)
+    print(f"model {args.model} prepared in {time.perf_counter() - began:.1f} s", flush=True)
+    return out
+
+
+def _games(args, tmp: Path) -> dict:
+    folder = Path(args.games_dir) if args.games_dir else tmp / "games"
+    found = sorted(folder.rglob("game.tw-pddl")) if folder.is_dir() else []
+    if not found:
+        from rlbench.tasks.alfworld.generate import TYPE_MIX_VALID_UNSEEN, generate_games
+
+        total = sum(TYPE_MIX_VALID_UNSEEN.values())
+        counts = {kind: max(1, math.ceil(args.episodes * n / total)) for kind, n in TYPE_MIX_VALID_UNSEEN.items()}
+        began = time.perf_counter()
+        generate_games(folder, split="heldout", world_seed=0, game_seed=7, counts=counts, workers=args.workers)
+        print(f"{sum(counts.values())} games generated in {time.perf_counter() - began:.1f} s", flush=True)
+        found = sorted(folder.rglob("game.tw-pddl"))
+    if len(found) < args.episodes:
+        print(f"note: only {len(found)} games in {folder}", flush=True)
+    # Interleave task types so that a small --episodes still covers several of them.
+    by_type: dict = {}
+    for game in found:
+        by_type.setdefault(game.parent.parent.name.split("-")[0], []).append(game)
+    ordered = []
+    while any(by_type.values()):
+        for kind in sorted(by_type):
+            if by_type[kind]:
+                ordered.append(by_type[kind].pop(0))
+    chosen = ordered[: args.episodes]
+    return {str(game.parent.relative_to(folder)): game for game in chosen}
+
+
+def _play(label: str, games: dict, generator, pool, args, lockstep: bool) -> dict:
+    timings: dict = {}
+    began = time.perf_counter()
+    episodes = play_episodes(
+        games,
+        generator,
+        pool,
+        max_steps=args.max_steps,
+        max_new_tokens=args.max_new_tokens,
+        lockstep=lockstep,
+        timings=timings,
+    )
+    timings["wall_s"] = time.perf_counter() - began
+    won = sum(bool(e["won"]) for e in episodes.values())
+    steps = sum(e["steps"] for e in episodes.values())
+    print(f"{label}: {len(episodes)} episodes, {won} won, {steps} steps, {timings['wall_s']:.1f} s", flush=True)
+    return {"episodes": episodes, "timings": timings, "stats": dict(generator.stats)}
+
+
+def _compare(ours: dict, reference: dict) -> list:
+    differing = []
+    for key, mine in ours.items():
+        theirs = reference[key]
+        fields = [f for f in ("won", "steps", "end", "actions") if mine.get(f) != theirs.get(f)]
+        if fields:
+            first = next(
+                (i for i, (a, b) in enumerate(zip(mine["actions"], theirs["actions"])) if a != b),
+                min(len(mine["actions"]), len(theirs["actions"])),
+            )
+            differing.append({"id": key, "fields": fields, "first_differing_step": first + 1})
+    return differing
+
+
+def _report(name: str, side: dict) -> None:
+    t = side["timings"]
+    other = t["wall_s"] - t["generation_s"] - t["env_s"] - t["reset_s"]
+    s = side["stats"]
+    print(
+        f"  {name:<10} wall {t['wall_s']:8.1f} s = generation {t['generation_s']:8.1f} + environment "
+        f"{t['env_s']:7.1f} + reset {t['reset_s']:6.1f} + other {other:5.1f}"
+    )
+    print(
+        f"  {'':<10} prompt tokens {s['prompt_tokens']}, computed {s['prompt_tokens_computed']}, reused "
+        f"{s['prompt_tokens_reused']}, generated {s['generated_tokens']}, forward calls {s['forward_calls']}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="registry entry under config/models/ (tiny, smollm2-135m-instruct)")
+    parser.add_argument("--model-dir", default=None, help="an already prepared model directory (skips --model)")
+    parser.add_argument("--games-dir", default=None, help="reuse games there (generated there when empty)")
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--max-steps", type=int, default=public.MAX_STEPS)
+    parser.add_argument("--max-new-tokens", type=int, default=public.MAX_NEW_TOKENS)
+    parser.add_argument("--workers", type=int, default=2, help="environment processes for our side")
+    parser.add_argument("--skip-reference", action="store_true", help="only time our side")
+    parser.add_argument("--json", default=None, help="write every figure and episode here")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for both sides (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        model_dir = _model_dir(args, tmp)
+        games = _games(args, tmp)
+        print(f"{len(games)} episodes, at most {args.max_steps} steps, {args.max_new_tokens} new tokens per step", flush=True)
+
+        ours_generator = CachedBatchGenerator(model_dir, device="cpu")
+        with public.EnvPool(workers=args.workers) as pool:
+            ours = _play("ours", games, ours_generator, pool, args, lockstep=True)
+            ours["timings"]["env_worker_s"] = pool.env_seconds
+        ours["cache_after"] = ours_generator.cached_tokens()
+        del ours_generator
+
+        reference = None
+        if not args.skip_reference:
+            reference_generator = FullPromptGenerator(model_dir, device="cpu")
+            pool = InProcessPool()
+            try:
+                reference = _play("reference", games, reference_generator, pool, args, lockstep=False)
+            finally:
+                pool.close()
+
+    print("\nwall time (s)")
+    _report("ours", ours)
+    differing = []
+    if reference is not None:
+        _report("reference", reference)
+        o, r = ours["timings"], reference["timings"]
+        print("\nratios (reference / ours)")
+        print(f"  generation speed-up      {r['generation_s'] / max(o['generation_s'], 1e-9):6.1f}x")
+        print(f"  total speed-up           {r['wall_s'] / max(o['wall_s'], 1e-9):6.1f}x")
+        print(f"  environment speed-up     {(r['env_s'] + r['reset_s']) / max(o['env_s'] + o['reset_s'], 1e-9):6.1f}x")
+        differing = _compare(ours["episodes"], reference["episodes"])
+        same = len(games) - len(differing)
+        print(f"\nidentical outcomes: {'yes' if not differing else 'NO'} ({same} / {len(games)} episodes: won, steps, end, every action)")
+        for item in differing:
+            print(f"  DIFFERS {item['id']}: {', '.join(item['fields'])} (first differing action: step {item['first_differing_step']})")
+    o = ours["timings"]
+    print(f"ours: total / environment alone (env + reset) {o['wall_s'] / max(o['env_s'] + o['reset_s'], 1e-9):6.2f}x")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "ours": ours, "reference": reference, "differing": differing}, indent=1, default=str)
+        )
+    if differing:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
