@@ -101,6 +101,17 @@ GRPO_ENV_WORKERS = knob_int("GRPO_ENV_WORKERS", 0, min(8, max(0, (os.cpu_count()
 GRPO_MAX_TRAIN_ROWS = env_int("GRPO_MAX_TRAIN_ROWS", None)
 MAX_SEQ_LENGTH = env_int("MAX_SEQ_LENGTH", 8192)
 GRADIENT_CHECKPOINTING = bool(knob_int("GRADIENT_CHECKPOINTING", 0, 1))
+# What the SFT and GRPO trainers share: device, precision, seed, no checkpoints, quiet logs.
+TRAINER_COMMON = dict(
+    gradient_checkpointing=GRADIENT_CHECKPOINTING,
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    seed=SEED,
+    use_cpu=not ON_GPU,
+    bf16=ON_GPU,
+    disable_tqdm=True,
+)
 
 
 # -- episode text as tokens --------------------------------------------------------------------
@@ -493,14 +504,7 @@ def run_sft(task, model, tokenizer, rows: list[dict], max_length: int) -> None:
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=min(10, total // 10),
         max_length=None,  # the examples are cut to max_length already, at step boundaries
-        gradient_checkpointing=GRADIENT_CHECKPOINTING,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=SEED,
-        use_cpu=not ON_GPU,
-        bf16=ON_GPU,
-        disable_tqdm=True,
+        **TRAINER_COMMON,
     )
     trainer = SFTTrainer(
         model=model, args=config, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
@@ -586,14 +590,7 @@ def build_grpo_trainer(task, model, tokenizer, rows: list[dict], pool: EnvPool, 
         learning_rate=GRPO_LR,
         beta=GRPO_BETA,
         use_vllm=False,
-        gradient_checkpointing=GRADIENT_CHECKPOINTING,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=SEED,
-        use_cpu=not ON_GPU,
-        bf16=ON_GPU,
-        disable_tqdm=True,
+        **TRAINER_COMMON,
     )
     dataset = Dataset.from_list([{"prompt": row["id"]} for row in rows])
     return GRPOTrainer(

@@ -34,15 +34,7 @@ PUBLIC = Path(__file__).with_name("public.py")
 DATA = Path(__file__).with_name("data")
 GAMES = "games"
 MANIFEST = "manifest.json"
-#: ALFWorld's valid_unseen split, games per task type (134 in all).
-VALID_UNSEEN_MIX = {
-    "pick_and_place_simple": 24,
-    "pick_clean_then_place_in_recep": 31,
-    "pick_heat_then_place_in_recep": 23,
-    "pick_cool_then_place_in_recep": 21,
-    "look_at_obj_in_light": 18,
-    "pick_two_obj_and_place": 17,
-}
+VALID_UNSEEN_MIX = public.VALID_UNSEEN_MIX
 DEFAULT_TRAIN_GAMES = 120
 
 DESCRIPTION = """\

@@ -42,14 +42,7 @@ from rlbench.tasks.alfworld import public
 # -- tables ------------------------------------------------------------------------------------
 TASK_TYPES = tuple(public.TASK_TYPES.values())
 #: ALFWorld valid_unseen, games per task type (134 in all).
-TYPE_MIX_VALID_UNSEEN = {
-    "pick_and_place_simple": 24,
-    "pick_clean_then_place_in_recep": 31,
-    "pick_heat_then_place_in_recep": 23,
-    "pick_cool_then_place_in_recep": 21,
-    "look_at_obj_in_light": 18,
-    "pick_two_obj_and_place": 17,
-}
+TYPE_MIX_VALID_UNSEEN = public.VALID_UNSEEN_MIX
 SPLITS = ("train", "heldout")
 MAX_ATTEMPTS = 200
 MAX_EXPERT_STEPS = 50

@@ -74,6 +74,15 @@ TASK_TYPES = {
     6: "pick_two_obj_and_place",
 }
 PROMPTS_FILE = "react_prompts.json"
+#: ALFWorld's valid_unseen split (the held-out games of the paper), games per task type: 134.
+VALID_UNSEEN_MIX = {
+    "pick_and_place_simple": 24,
+    "pick_clean_then_place_in_recep": 31,
+    "pick_heat_then_place_in_recep": 23,
+    "pick_cool_then_place_in_recep": 21,
+    "look_at_obj_in_light": 18,
+    "pick_two_obj_and_place": 17,
+}
 
 
 # -- prompt format -----------------------------------------------------------------------------
