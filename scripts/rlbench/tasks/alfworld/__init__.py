@@ -54,7 +54,7 @@ interactive task: the reward comes from playing whole episodes, not from single 
   info with the admissible commands); `task.EnvPool(workers)` plays many at once in worker
   processes. Use them on the training games to collect trajectories and rewards (online RL): the
   environment runs inside your workspace and only sees the games you give it.
-- Evaluation: {eval_desc} that you never see, played with the protocol in `task.py`:
+- Evaluation: {eval_desc}, played with the protocol in `task.py`:
   - Prompt (text completion, no chat template): "Interact with a household to solve a task.
     Here are two examples." + two ReAct examples of the game's task type (`react_prompts.json`)
     + "Here is the task." + the game's first observation + a newline and `>`
@@ -221,14 +221,14 @@ class ALFWorld(Task):
         train = settings.get("train_size")
         if settings.get("source") == "hub":
             train_desc = f"the first {train} ALFWorld training games" if train else "the ALFWorld training games (json_2.1.1/train)"
-            eval_desc = "the 134 ALFWorld valid_unseen games (unseen rooms)" if not settings.get("eval_size") else (
-                f"{settings['eval_size']} of ALFWorld's valid_unseen games (unseen rooms)"
+            eval_desc = "the 134 ALFWorld valid_unseen games (rooms you never see)" if not settings.get("eval_size") else (
+                f"{settings['eval_size']} of ALFWorld's valid_unseen games (rooms you never see)"
             )
         else:
             train_desc = f"{train or DEFAULT_TRAIN_GAMES} generated training games, about equally many per task type"
             eval_desc = (
-                f"{sum(mix_counts(settings.get('eval_size')).values())} held-out games in rooms you never see, "
-                "with target objects that never appear as targets in your games"
+                f"{sum(mix_counts(settings.get('eval_size')).values())} held-out games that you never see, in "
+                "rooms unlike yours, with target objects that are never targets in your games"
             )
         return DESCRIPTION.format(
             train_desc=train_desc,
