@@ -5,6 +5,10 @@
 # or "eval_data" (what prepare_data / prepare_eval_data build a split from: an L3 task's games).
 
 
+# The stages at which a model is scored: what the judge and the sandbox check feed.
+EVALUATION_STAGES = ("evaluate", "agent")
+
+
 # -- judge.smk: tasks with a `judge:` block -------------------------------------------------------
 def get_judge(wildcards):
     return get_task_settings(wildcards).get("judge")
@@ -19,7 +23,7 @@ def get_judge_model_input(wildcards):
 
 
 def judge_level_inputs(wildcards, stage):
-    if not get_judge(wildcards):
+    if stage not in EVALUATION_STAGES or not get_judge(wildcards):
         return {}
     inputs = {
         "judge_config": f"results/judges/{wildcards.task}/judge.json",
@@ -35,7 +39,8 @@ LEVEL_INPUTS.append(judge_level_inputs)
 
 # -- static.smk: execution-scored tasks (an `execution:` block) ------------------------------------
 def execution_level_inputs(wildcards, stage):
-    if not get_task_settings(wildcards).get("execution"):
+    execution = get_task_settings(wildcards).get("execution")
+    if stage not in EVALUATION_STAGES or not execution:
         return {}
     path = f"results/levels/static/{wildcards.task}/execution.json"
     return {"execution_check": ancient(path) if stage == "agent" else path}
