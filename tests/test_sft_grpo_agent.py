@@ -118,7 +118,7 @@ def agent(tmp_path, tiny_model, games, monkeypatch):
     ws = build_workspace(tmp_path, games)
     for key, value in agent_env(ws, tiny_model, "http://127.0.0.1:9/none").items():
         monkeypatch.setenv(key, value)
-    monkeypatch.syspath_prepend(str(AGENTS))
+    monkeypatch.setattr(sys, "path", [str(AGENTS), *sys.path])
     for name in ("agent_env", "sft_grpo_agent"):
         sys.modules.pop(name, None)
     module = importlib.import_module("sft_grpo_agent")

@@ -25,6 +25,9 @@ def _install_pkg_resources_shim() -> None:
         shim = types.ModuleType("pkg_resources")
         shim.parse_version = parse
         shim.get_distribution = lambda name: types.SimpleNamespace(version=metadata.version(name))
+        # What pytest's monkeypatch.syspath_prepend (and other callers) expect once the module
+        # is loaded; there are no pkg_resources-style namespace packages to fix up here.
+        shim.fixup_namespace_packages = lambda *args, **kwargs: None
         sys.modules["pkg_resources"] = shim
 
 
