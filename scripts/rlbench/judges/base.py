@@ -18,6 +18,14 @@ that draw's noise.) A pair whose outputs are identical is a tie without a call, 
 A pair is judged only when both orders are: if either call still fails after its retries, the
 pair's preference is None and the evaluation drops it (it is neither a win nor a loss) and counts
 the failure by kind (see `failure_summary`).
+
+Grading tasks (DeepSearchQA) ask free-text prompts instead: `Judge.ask(prompts, max_tokens=...,
+purpose=...)` sends each prompt (a list of {"role", "content"} messages) as it is and returns one
+`Answer` per prompt, in order: the answer's text, which the task parses itself, or a failure of one
+of FAILURE_KINDS. Answers go through the same cache (rlbench.judges.cache.text_cache_key): only
+successful answers are stored, identical prompts within one call are asked once, and a
+deterministic judge's replicates share replicate 0's answers. A failed prompt has no answer; the
+task decides what that means and counts it (see `answer_failure_summary`).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from rlbench.judges.cache import JudgmentCache, cache_key
+from rlbench.judges.cache import JudgmentCache, cache_key, text_cache_key
 from rlbench.judges.prompt import ANNOTATOR, render_messages, template_sha256
 
 #: The kinds a failed judge call is counted under.
@@ -112,6 +120,58 @@ def failure_summary(judgments: Sequence[Judgment]) -> dict:
 
 
 @dataclass
+class Answer:
+    """One free-text prompt's answer (Judge.ask): its text, or a failure."""
+
+    text: str | None = None
+    failure: str | None = None  # one of FAILURE_KINDS when there is no text
+    detail: str | None = None  # the failure's message (or a note on a truncated answer)
+    attempts: int = 0  # requests sent for it (0: from the cache)
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+def answer_failure_summary(answers: Sequence[Answer]) -> dict:
+    """What failed among the answers of one or more `ask` calls: `count` failed judge calls and
+    `by_kind` those calls per kind (identical prompts of one call share one call, and its Answer
+    object), `prompts` the prompts left without an answer."""
+    failed = [a for a in answers if not a.ok]
+    calls = list({id(a): a for a in failed}.values())
+    kinds = Counter(a.failure or "unparsable" for a in calls)
+    return {
+        "count": len(calls),
+        "by_kind": {kind: kinds[kind] for kind in sorted(kinds, key=_kind_order)},
+        "prompts": len(failed),
+    }
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    return (FAILURE_KINDS.index(kind) if kind in FAILURE_KINDS else len(FAILURE_KINDS), kind)
+
+
+def _checked_messages(messages: object, index: int) -> list[dict]:
+    """A prompt as plain {"role", "content"} dicts (a copy), or JudgeError naming what is wrong."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise JudgeError(f"prompt {index} is not a non-empty list of {{'role', 'content'}} messages: {messages!r:.200}")
+    checked = []
+    for message in messages:
+        if (
+            not isinstance(message, dict)
+            or set(message) != {"role", "content"}
+            or not isinstance(message["role"], str)
+            or not isinstance(message["content"], str)
+        ):
+            raise JudgeError(
+                f"prompt {index} has a message that is not {{'role': str, 'content': str}}: {message!r:.200}"
+            )
+        checked.append({"role": message["role"], "content": message["content"]})
+    return checked
+
+
+@dataclass
 class CallStats:
     """Calls a judge made (requests sent, retries included) and answers it took from its cache."""
 
@@ -127,7 +187,8 @@ class CallStats:
 
 
 class Judge(ABC):
-    """A pairwise judge. Subclasses judge rendered prompts; this class renders, caches and combines."""
+    """A judge of pairs (`compare`) and of free-text prompts (`ask`). Subclasses answer rendered
+    prompts (`_judge_calls`, `_complete_calls`); this class renders, caches and combines."""
 
     backend: str
     #: True when asking again gives the same answer: its repeats (replicates) share cache entries.
@@ -150,6 +211,22 @@ class Judge(ABC):
     @abstractmethod
     def _judge_calls(self, calls: list[Call]) -> list[Verdict]:
         """One verdict per call, in order; failures are verdicts, not exceptions."""
+
+    def _complete_calls(self, prompts: list[list[dict]], max_tokens: int) -> list[Answer]:
+        """One answer per prompt (a list of messages), in order, of at most max_tokens tokens;
+        failures are answers, not exceptions."""
+        raise JudgeError(f"the {self.backend} judge answers no free-text prompts")
+
+    def text_decoding(self) -> dict:
+        """The settings that change its free-text answers (default: all of `decoding`)."""
+        return self.decoding()
+
+    def text_identity(self) -> dict:
+        """What makes two judges give the same free-text answers: backend, model, decoding."""
+        return {"backend": self.backend, "model": self.model, "decoding": self.text_decoding()}
+
+    def text_identity_sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.text_identity(), sort_keys=True).encode()).hexdigest()
 
     def identity(self) -> dict:
         """What makes two judges the same judge: backend, model, prompt template, decoding."""
@@ -221,3 +298,53 @@ class Judge(ABC):
                 Judgment(combine(forward.preference, swapped.preference) if both else None, forward, swapped)
             )
         return judgments
+
+    def ask(
+        self, prompts: Sequence[list[dict]], *, max_tokens: int, purpose: str, replicate: int | None = None
+    ) -> list[Answer]:
+        """Free-text answers to chat prompts (each a list of {"role", "content"} messages), one per
+        prompt, in order; a failed prompt's Answer has no text and a failure kind. `purpose` names
+        what the answers are for (part of the cache key). The replicate (default: the judge's own)
+        is part of the cache key of a non-deterministic judge, as in `compare`."""
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise JudgeError(f"max_tokens must be a positive integer, not {max_tokens!r}")
+        if not isinstance(purpose, str) or not purpose:
+            raise JudgeError(f"purpose must be a non-empty string, not {purpose!r}")
+        identity = self.text_identity()
+        replicate = self.replicate if replicate is None else int(replicate)
+        replicate_key = None if self.deterministic else replicate
+        answers: list[Answer | None] = [None] * len(prompts)
+        pending: dict[str, list[int]] = {}  # key -> prompt indices (the same prompt twice is asked once)
+        prompt_of: dict[str, list[dict]] = {}
+        for index, raw in enumerate(prompts):
+            messages = _checked_messages(raw, index)
+            key = text_cache_key(identity, purpose, messages, max_tokens, replicate_key)
+            if key in pending:
+                pending[key].append(index)
+                continue
+            record = self.cache.get(key) if self.cache is not None else None
+            if record is not None and isinstance(record.get("text"), str):
+                answers[index] = Answer(text=record["text"], detail=record.get("detail"), cached=True)
+                self.stats.add(cache_hits=1)
+                continue
+            pending[key] = [index]
+            prompt_of[key] = messages
+        keys = list(pending)
+        results = self._complete_calls([prompt_of[key] for key in keys], max_tokens) if keys else []
+        for key, answer in zip(keys, results, strict=True):
+            self.stats.add(judged=1)
+            if answer.ok and self.cache is not None:
+                self.cache.put(
+                    key,
+                    {
+                        "text": answer.text,
+                        "detail": answer.detail,
+                        "purpose": purpose,
+                        "max_tokens": max_tokens,
+                        "judge": identity,
+                        "replicate": replicate_key,
+                    },
+                )
+            for index in pending[key]:
+                answers[index] = answer
+        return answers

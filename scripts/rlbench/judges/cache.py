@@ -1,8 +1,10 @@
 """On-disk judgment cache: one small JSON file per judged prompt, written by atomic rename.
 
-A key is the sha256 of (judge identity, rendered messages, the two outputs, replicate index), so a
-rerun of the same evaluation asks the judge nothing, while another judge, prompt, decoding setting
-or replicate asks again. Files are never rewritten in place: a writer puts the record in a private
+A pairwise key (`cache_key`) is the sha256 of (judge identity, rendered messages, the two outputs,
+replicate index); a free-text key (`text_cache_key`, Judge.ask) is the sha256 of (judge's backend,
+model and decoding, the prompt's purpose, its messages, max_tokens, replicate index). So a rerun of
+the same evaluation asks the judge nothing, while another judge, prompt, decoding setting or
+replicate asks again. The two kinds of key hash differently shaped payloads and never collide. Files are never rewritten in place: a writer puts the record in a private
 temporary file in the same directory and renames it over the key's path, so concurrent evaluations
 (several grader submissions, a baseline and a final evaluation) can share one directory; two writers
 of one key both write a valid record and the last rename wins.
@@ -25,6 +27,20 @@ def cache_key(identity: dict, messages: list[dict], output_1: str, output_2: str
         "messages": messages,
         "output_1": output_1,
         "output_2": output_2,
+        "replicate": replicate,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def text_cache_key(identity: dict, purpose: str, messages: list[dict], max_tokens: int, replicate: int | None) -> str:
+    """The hex key of one free-text prompt (Judge.ask): `identity` is {backend, model, decoding};
+    `purpose` names what the answer is for (e.g. "deepsearchqa-autorater"), so two tasks asking the
+    same text for different ends keep apart; replicate None: a deterministic judge."""
+    payload = {
+        "judge": identity,
+        "purpose": purpose,
+        "messages": messages,
+        "max_tokens": max_tokens,
         "replicate": replicate,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()

@@ -8,8 +8,17 @@ distribution rather than the 5 alternatives an API lists (a small model rarely p
 top 5). Float32 (on the GPU when there is one), no sampling: deterministic, so its repeats share
 cache entries.
 
-The instruction and the outputs are tokenized with special tokens split, so text such as
-"<|im_end|>" in a model's output stays text and cannot close the judge's turn.
+Free-text prompts (Judge.ask, for grading tasks) go through the same chat template with the
+generation prompt, and the answer is greedy generation (argmax at every step, no sampling, none of
+the model's generation_config sampling or penalty settings) of at most max_tokens new tokens,
+stopping at an end-of-sequence token (the tokenizer's, the config's and the generation config's),
+decoded with special tokens skipped. Prompts are batched (batch_size, left padding); a prompt longer
+than max_prompt_tokens (default: the model's context) is a too_long failure.
+
+Texts are tokenized with special tokens split, so text such as "<|im_end|>" in a model's output
+stays text and cannot close the judge's turn: the template is rendered with a private-use marker
+in place of each text (each pairwise slot, or each message's content), the template's own pieces
+are tokenized as usual and the texts with split_special_tokens=True.
 """
 
 from __future__ import annotations
@@ -20,11 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbench.judges.base import Call, Judge, JudgeError, Verdict, preference_from_logprobs
+from rlbench.judges.base import Answer, Call, Judge, JudgeError, Verdict, preference_from_logprobs
 from rlbench.judges.prompt import FIRST_TOKEN, PLACEHOLDERS, SECOND_TOKEN, render_messages
 
 # Private-use characters mark where the texts go in the rendered chat template.
-_SLOTS = {name: f"\ue000{i}\ue001" for i, name in enumerate(PLACEHOLDERS)}
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
+
+
+def _marker(index: int) -> str:
+    return f"{_MARK_OPEN}{index}{_MARK_CLOSE}"
+
+
+_SLOTS = {name: _marker(i) for i, name in enumerate(PLACEHOLDERS)}
 
 
 def directory_fingerprint(model_dir: Path) -> str:
@@ -48,6 +64,7 @@ class _Loaded:
     pad_id: int
     limit: int  # the longest prompt, in tokens
     rendered: str  # the chat template around the slot markers
+    stop_ids: frozenset[int]  # the tokens that end a generated answer
 
 
 class LocalJudge(Judge):
@@ -115,47 +132,135 @@ class LocalJudge(Judge):
             limit = self._max_prompt_tokens or getattr(model.config, "max_position_embeddings", None) or 2048
             slots = render_messages(*(_SLOTS[name] for name in PLACEHOLDERS))
             rendered = tokenizer.apply_chat_template(slots, tokenize=False, add_generation_prompt=True)
-            self._lm = _Loaded(torch, tokenizer, model, device, tuple(answer_ids), pad_id or 0, int(limit), rendered)
+            stop_ids = set()
+            for source in (tokenizer, model.config, getattr(model, "generation_config", None)):
+                eos = getattr(source, "eos_token_id", None)
+                stop_ids.update([eos] if isinstance(eos, int) else [i for i in eos or [] if isinstance(i, int)])
+            self._lm = _Loaded(
+                torch, tokenizer, model, device, tuple(answer_ids), pad_id or 0, int(limit), rendered,
+                frozenset(stop_ids),
+            )  # fmt: skip
         return self._lm
+
+    def text_decoding(self) -> dict:
+        return {**self.decoding(), "rule": "greedy generation, chat template with generation prompt"}
+
+    def _tokenize_marked(self, rendered: str, texts: list[tuple[str, str, str]]) -> list[int]:
+        """Token ids of a chat template rendered with markers: `texts` are (marker, text, what it is)
+        in the order the template shows them, once each. The template's pieces are tokenized as
+        such, the texts with special tokens split."""
+        tokenizer = self._load().tokenizer
+        ids: list[int] = []
+        rest = rendered
+        for marker, text, what in texts:
+            before, found, rest = rest.partition(marker)
+            if not found or _MARK_OPEN in before:
+                raise JudgeError(f"the local judge's chat template dropped, repeated or reordered the {what}")
+            ids += tokenizer(before, add_special_tokens=False)["input_ids"]
+            ids += tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        if _MARK_OPEN in rest:
+            raise JudgeError("the local judge's chat template repeated or reordered a text it was given")
+        return ids + tokenizer(rest, add_special_tokens=False)["input_ids"]
+
+    def _encode_messages(self, messages: list[dict]) -> list[int]:
+        """Token ids of a free-text prompt: the chat template with the generation prompt, each
+        message's content tokenized with special tokens split."""
+        tokenizer = self._load().tokenizer
+        marked = [{"role": m["role"], "content": _marker(i)} for i, m in enumerate(messages)]
+        try:
+            rendered = tokenizer.apply_chat_template(marked, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # a template that refuses these roles (jinja raise_exception)
+            raise JudgeError(f"the local judge's chat template cannot render the prompt: {exc}") from exc
+        texts = [(_marker(i), m["content"], f"content of message {i}") for i, m in enumerate(messages)]
+        return self._tokenize_marked(rendered, texts)
 
     def _encode(self, call: Call) -> list[int]:
         """Token ids of the prompt: the template's pieces tokenized as such, the texts with special tokens split."""
-        loaded = self._load()
-        tokenizer, rendered = loaded.tokenizer, loaded.rendered
         values = {"instruction": call.instruction, "output_1": call.first, "output_2": call.second}
-        ids: list[int] = []
-        rest = rendered
-        for name in PLACEHOLDERS:  # the template shows them in this order, once each
-            before, marker, rest = rest.partition(_SLOTS[name])
-            if not marker:
-                raise JudgeError(f"the local judge's chat template dropped the {name} slot")
-            ids += tokenizer(before, add_special_tokens=False)["input_ids"]
-            ids += tokenizer(values[name], add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        return ids + tokenizer(rest, add_special_tokens=False)["input_ids"]
+        # The template shows them in this order, once each.
+        texts = [(_SLOTS[name], values[name], f"{name} slot") for name in PLACEHOLDERS]
+        return self._tokenize_marked(self._load().rendered, texts)
 
-    def _judge_calls(self, calls: list[Call]) -> list[Verdict]:
+    def _batches(self, encoded: list[list[int]], failed: dict[int, str]):
+        """(prompt indices, input_ids, attention_mask) per batch of the prompts that fit, left-padded,
+        similar lengths together; `failed` gets the too-long ones' details."""
         loaded = self._load()
-        torch, model, pad_id, limit = loaded.torch, loaded.model, loaded.pad_id, loaded.limit
-        id_m, id_big = loaded.answer_ids
-        encoded = [self._encode(call) for call in calls]
-        verdicts: list[Verdict] = [Verdict() for _ in calls]
+        torch, limit = loaded.torch, loaded.limit
         fits = []
         for i, ids in enumerate(encoded):
             if len(ids) > limit:
-                verdicts[i] = Verdict(
-                    failure="too_long", detail=f"prompt of {len(ids)} tokens; the judge takes {limit}"
-                )
+                failed[i] = f"prompt of {len(ids)} tokens; the judge takes {limit}"
             else:
                 fits.append(i)
         fits.sort(key=lambda i: -len(encoded[i]))  # similar lengths share a batch
         for start in range(0, len(fits), self.batch_size):
             batch = fits[start : start + self.batch_size]
             width = max(len(encoded[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            input_ids = torch.full((len(batch), width), loaded.pad_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for row, i in enumerate(batch):  # left padding: every prompt ends at the last column
                 input_ids[row, width - len(encoded[i]) :] = torch.tensor(encoded[i])
                 mask[row, width - len(encoded[i]) :] = 1
+            yield batch, input_ids, mask
+
+    def _greedy(self, input_ids, mask, max_new_tokens: int) -> list[list[int]]:
+        """Greedy continuations of a left-padded batch: per row, the new tokens up to and with the
+        first stop token, at most max_new_tokens."""
+        loaded = self._load()
+        torch, model, device = loaded.torch, loaded.model, loaded.device
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        rows = input_ids.shape[0]
+        new: list[list[int]] = [[] for _ in range(rows)]
+        done = [False] * rows
+        past = None
+        step_ids, step_positions = input_ids, positions
+        with torch.inference_mode():
+            for _ in range(max_new_tokens):
+                out = model(
+                    input_ids=step_ids, attention_mask=mask, position_ids=step_positions,
+                    past_key_values=past, use_cache=True, logits_to_keep=1,
+                )  # fmt: skip
+                past = out.past_key_values
+                chosen = out.logits[:, -1, :].argmax(dim=-1).tolist()
+                for row, token in enumerate(chosen):
+                    if not done[row]:
+                        new[row].append(token)
+                        done[row] = token in loaded.stop_ids
+                if all(done):
+                    break
+                # Finished rows are fed padding; what follows for them is discarded.
+                step_ids = torch.tensor(
+                    [[loaded.pad_id if d else t] for d, t in zip(done, chosen)], dtype=torch.long, device=device
+                )
+                step_positions = step_positions[:, -1:] + 1
+                mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=device)], dim=1)
+        return new
+
+    def _complete_calls(self, prompts: list[list[dict]], max_tokens: int) -> list[Answer]:
+        loaded = self._load()
+        encoded = [self._encode_messages(messages) for messages in prompts]
+        failed: dict[int, str] = {}
+        answers: list[Answer] = [Answer() for _ in prompts]
+        for batch, input_ids, mask in self._batches(encoded, failed):
+            continuations = self._greedy(input_ids, mask, max_tokens)
+            self.stats.add(requests=len(batch))
+            for i, tokens in zip(batch, continuations, strict=True):
+                ended = bool(tokens) and tokens[-1] in loaded.stop_ids
+                text = loaded.tokenizer.decode(tokens[:-1] if ended else tokens, skip_special_tokens=True)
+                answers[i] = Answer(text=text, attempts=1, detail=None if ended else "cut at max_tokens")
+        for i, detail in failed.items():
+            answers[i] = Answer(failure="too_long", detail=detail)
+        return answers
+
+    def _judge_calls(self, calls: list[Call]) -> list[Verdict]:
+        loaded = self._load()
+        torch, model = loaded.torch, loaded.model
+        id_m, id_big = loaded.answer_ids
+        encoded = [self._encode(call) for call in calls]
+        verdicts: list[Verdict] = [Verdict() for _ in calls]
+        failed: dict[int, str] = {}
+        for batch, input_ids, mask in self._batches(encoded, failed):
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             inputs = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions}
             with torch.inference_mode():
@@ -170,4 +275,6 @@ class LocalJudge(Judge):
                     attempts=1,
                     detail=json.dumps({"m": lp_m, "M": lp_big}),
                 )
+        for i, detail in failed.items():
+            verdicts[i] = Verdict(failure="too_long", detail=detail)
         return verdicts
