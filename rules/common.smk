@@ -45,8 +45,8 @@ def run_path(name):
 
 
 # The task settings each data split depends on: changing eval_size never touches the training split.
-TRAIN_KEYS = ("name", "module", "level", "source", "train_size", "data_seed", "hub")
-EVAL_DATA_KEYS = ("name", "module", "level", "source", "eval_size", "data_seed", "hub")
+TRAIN_KEYS = ("name", "module", "level", "source", "train_size", "data_seed", "hub", "catalogue_size", "kb_size")
+EVAL_DATA_KEYS = ("name", "module", "level", "source", "eval_size", "data_seed", "hub", "catalogue_size", "kb_size")
 
 
 def get_task_settings(wildcards, keys=None):

@@ -52,9 +52,13 @@ LEVEL_INPUTS.append(execution_level_inputs)
 # -- online.smk: interactive tasks (level L3) --------------------------------------------------
 # The settings each split's games depend on: changing the held-out size never rebuilds the
 # training games (and so never reruns an agent).
+# The held-out split depends on train_size too where it is drawn to exclude the training items
+# (DeepSearchQA's questions); catalogue_size / kb_size: the environment WebShop / DeepSearchQA
+# builds both splits over.
+_WORLD_KEYS = ("name", "module", "level", "source", "data_seed", "hub", "catalogue_size", "kb_size")
 GAME_KEYS = {
-    "train": ("name", "module", "level", "source", "train_size", "data_seed", "hub"),
-    "heldout": ("name", "module", "level", "source", "eval_size", "data_seed", "hub"),
+    "train": _WORLD_KEYS + ("train_size",),
+    "heldout": _WORLD_KEYS + ("train_size", "eval_size"),
 }
 
 

@@ -61,6 +61,18 @@ class TextGenerator(ABC):
     def release(self, key) -> None:
         """The episode `key` ended: free whatever is cached for it."""
 
+    def chat_prompt(self, messages: list[dict]) -> str:
+        """The text prompt of a chat conversation, as the model's chat template renders it with the
+        generation prompt (what vLLM's ``llm.chat`` feeds the model); a tokenizer without a chat
+        template gets generation._render's plain-text fallback."""
+        from rlbench.generation import _render
+
+        return _render(self.tokenizer, messages)
+
+    @property
+    def tokenizer(self):
+        return self.hf.tokenizer
+
     def reset_stats(self) -> None:
         self.stats = _new_stats()
 
@@ -684,6 +696,7 @@ class VLLMTextGenerator(TextGenerator):
     shared few-shot prefix and each episode's history stay in vLLM's block cache between calls."""
 
     name = "vllm"
+    tokenizer = None  # set in __init__ (vLLM's own tokenizer)
 
     def __init__(self, model_dir: Path, seed: int = 0, **llm_kwargs):
         if importlib.util.find_spec("vllm") is None:

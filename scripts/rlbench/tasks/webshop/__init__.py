@@ -1,0 +1,250 @@
+"""WebShop (L3): buy the product an instruction describes in a text web shop; success rate of the
+submitted model under RD-Agent's evaluation protocol.
+
+The shop, the reward and the prompt protocol are in public.py (the workspace's task.py). Two
+sources:
+
+- `offline` (default): a generated catalogue (`catalogue_size` products, generate.py) and
+  synthetic goals in WebShop's style. A seeded quarter of the products (from `data_seed`) are
+  the held-out targets; training goals (`train_size`) ask only for the other products, each with
+  the scripted expert's winning trajectory; the held-out goals (`eval_size`) are drawn with the
+  installation's secret salt and never share an instruction text with a training goal.
+- `hub`: the original WebShop site (princeton-nlp/WebShop's Flask app, `hub.url`), whose goal
+  pages `{url}/fixed_{i}` are the sessions; goals 0..eval_size-1 are held out (RD-Agent's), the
+  next `train_size` are the agent's (session indices only: the goals live on the server).
+
+Goals are built by the workflow rule generate_games into results/levels/online/<task>/
+{train,heldout}; prepare_train / prepare_eval turn them into the splits.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from rlbench.jsonio import read_jsonl, write_json, write_jsonl
+from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
+from rlbench.tasks.webshop import public
+from rlbench.tasks.webshop.rollout import PRODUCTS_FILE, RewardScorer, WebShopRollout, hub_url
+
+PUBLIC = Path(__file__).with_name("public.py")
+GOALS_FILE = "goals.jsonl"
+MANIFEST = "manifest.json"
+DEFAULT_TRAIN_GOALS = 400
+DEFAULT_EVAL_GOALS = 100
+DEFAULT_CATALOGUE = 300
+GOAL_KEYS = ("asin", "category", "query", "name", "product_category", "attributes", "goal_options", "price_upper", "weight")
+
+DESCRIPTION = """\
+# Task: WebShop (interactive online shopping)
+
+Improve the base model's success rate on WebShop: a text web shop where the model must find and
+buy the product an instruction describes ("i am looking for a long lasting eye shadow palette
+with color: dark brown, and price lower than 40.00 dollars") by searching, opening products,
+choosing options and clicking Buy Now, one action per step. This is an interactive task: the
+reward comes from whole shopping episodes, not from single answers.
+
+- Training data: {train_desc}
+- Environment: `task.py` is the shop the grader uses.{env_desc}
+- Evaluation: {eval_desc}, played with the protocol in `task.py`:
+  - at every step the model gets a chat (`task.messages`): a system message (output exactly one
+    action), then the instruction, the page's available actions (`search[<your query>]` when the
+    page has a search bar, `click[...]` for each clickable), four rules, the last 5 observation /
+    action pairs numbered by step, the current observation and `Action <n>:`;
+  - greedy decoding, at most {max_new_tokens} new tokens, stop at the first newline; the reply
+    goes through `task.clean_action` and then to the shop;
+  - actions: `search[keywords]` (from any page) or `click[x]` with x one of the page's
+    clickables; anything else changes nothing;
+  - only Buy Now ends an episode, with reward `task.get_reward`: the share of matched goal
+    attributes, goal options and the price bound (each a slot), times a product-type factor
+    (0 / 0.1 / 0.5 / 1); no purchase within {max_steps} steps, or a prompt that outgrows the
+    model's context, scores 0.
+- Metric: success rate, the percentage of held-out episodes with reward >= 0.5 (0-100);
+  the mean reward x 100 and the percentage with reward 1 (WebShop's own measures), mean steps
+  and context losses are reported beside it.
+"""
+
+OFFLINE_TRAIN = """`data/train.jsonl`, {train} goals, one JSON object per line: `id`,
+  `instruction`, the target `asin`, `attributes`, `goal_options` (option name -> value),
+  `price_upper`, `category`, `query`, `name`, `product_category`, `weight`, and `expert`: a
+  scripted shopper's winning trajectory (`action` / `observation` pairs; `expert_reward` 1.0).
+  `data/products.jsonl` is the shop's catalogue ({catalogue} products)."""
+OFFLINE_ENV = """
+  `task.Catalogue(task.load_products("data/products.jsonl"))` builds the shop once;
+  `task.WebShopEnv(catalogue)` plays one episode (`reset(goal_row)`, `step(action)` ->
+  observation, reward, done, info; `available_actions()`, `get_instruction_text()`); use it on
+  the training goals to collect trajectories and rewards (online RL)."""
+OFFLINE_EVAL = """{eval} held-out goals that you never see, in the same shop, each asking for
+  a product that no training goal asks for"""
+HUB_TRAIN = """`data/train.jsonl`, {train} rows `id`, `session`: goal indices of the original
+  WebShop site (goals {first}..{last}; the goals themselves live on the server)."""
+HUB_ENV = """
+  `task.HubWebShopEnv(url)` plays the original WebShop site at {url} (`reset(session)`,
+  `step(action)`, as WebShopEnv)."""
+HUB_EVAL = """WebShop's goals 0..{last} (the reference's {eval} instructions)"""
+
+
+class WebShop(Task):
+    name = "webshop"
+    level = "L3"
+    public_module_path = PUBLIC
+
+    # -- goals: built by the generate_games rule --------------------------------------------
+    def build_games(self, settings: dict, split: str, out_dir: Path, *, salt: str | None = None, workers: int = 1) -> dict:
+        """Write the goals of `split` ("train" or "heldout") to out_dir (goals.jsonl, the
+        catalogue products.jsonl for the offline source, manifest.json); returns the manifest."""
+        if split not in ("train", "heldout"):
+            raise ValueError(f"unknown WebShop split {split!r} (train or heldout)")
+        out_dir = Path(out_dir)
+        if settings.get("source", "offline") == "hub":
+            return self._hub_goals(settings, split, out_dir)
+        from rlbench.tasks.webshop import generate
+
+        data_seed = int(settings.get("data_seed", 0))
+        train_size = settings.get("train_size") or DEFAULT_TRAIN_GOALS
+        catalogue = generate.generate_catalogue(data_seed, settings.get("catalogue_size") or DEFAULT_CATALOGUE)
+        train = generate.training_goals(catalogue, data_seed, train_size)
+        if split == "train":
+            goals = train
+        else:
+            seed = salted_seed(require_salt(salt, self.name), self.name, data_seed)
+            goals = generate.heldout_goals(
+                catalogue, seed, settings.get("eval_size") or DEFAULT_EVAL_GOALS, {g["instruction"] for g in train}
+            )
+        env = public.WebShopEnv(public.Catalogue(list(catalogue.products)))
+        for goal in goals:  # every goal must be winnable: the expert buys it with reward 1
+            trajectory, reward = generate.expert_trajectory(env, goal)
+            if reward != 1.0:
+                raise RuntimeError(f"the expert scores {reward} on generated goal {goal['id']}: a generator bug")
+            if split == "train":
+                goal.update(expert=trajectory, expert_reward=reward)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_jsonl(out_dir / PRODUCTS_FILE, catalogue.products)
+        write_jsonl(out_dir / GOALS_FILE, goals)
+        manifest = {
+            "source": "offline",
+            "split": split,
+            "summary": {
+                "goals": len(goals),
+                "products": len(catalogue.products),
+                "target_products": len({g["asin"] for g in goals}),
+                "goals_with_options": sum(bool(g["goal_options"]) for g in goals),
+            },
+        }
+        write_json(out_dir / MANIFEST, manifest)
+        return manifest
+
+    def _hub_goals(self, settings: dict, split: str, out_dir: Path) -> dict:
+        """Session indices of the original site: 0..eval_size-1 held out, the next train_size
+        for training; the server must answer (its first goal page is fetched)."""
+        public.HubWebShopEnv(hub_url(settings)).reset(0)
+        eval_size = settings.get("eval_size") or DEFAULT_EVAL_GOALS
+        train_size = settings.get("train_size") or DEFAULT_TRAIN_GOALS
+        sessions = range(eval_size) if split == "heldout" else range(eval_size, eval_size + train_size)
+        rows = [{"id": f"{split}-{i:05d}", "session": i} for i in sessions]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_jsonl(out_dir / GOALS_FILE, rows)
+        manifest = {"source": "hub", "split": split, "summary": {"goals": len(rows), "first_session": sessions.start}}
+        write_json(out_dir / MANIFEST, manifest)
+        return manifest
+
+    # -- splits -------------------------------------------------------------------------
+    def prepare_train(self, settings: dict, train_dir: Path, *, sources: dict | None = None) -> dict:
+        goals_dir = _goals_source(sources, "train_games")
+        train_dir = Path(train_dir)
+        train_dir.mkdir(parents=True, exist_ok=True)
+        goals = list(read_jsonl(goals_dir / GOALS_FILE))
+        if _is_hub(settings):
+            rows = [{"id": g["id"], "session": g["session"]} for g in goals]
+        else:
+            rows = [
+                {"id": g["id"], "instruction": g["instruction"], **{k: g[k] for k in GOAL_KEYS},
+                 "expert": g["expert"], "expert_reward": g["expert_reward"]}
+                for g in goals
+            ]
+            shutil.copyfile(goals_dir / PRODUCTS_FILE, train_dir / PRODUCTS_FILE)
+        write_jsonl(train_dir / TRAIN_FILE, rows)
+        return {
+            "task": self.name,
+            "source": settings.get("source", "offline"),
+            "train_rows": len(rows),
+            "train_goals_manifest": json.loads((goals_dir / MANIFEST).read_text()).get("summary", {}),
+        }
+
+    def prepare_eval(
+        self, settings: dict, train_dir: Path, eval_dir: Path, *, salt: str | None = None, sources: dict | None = None
+    ) -> dict:
+        goals_dir = _goals_source(sources, "heldout_games")
+        eval_dir = Path(eval_dir)
+        eval_dir.mkdir(parents=True, exist_ok=True)
+        rows = list(read_jsonl(goals_dir / GOALS_FILE))
+        train_rows = list(read_jsonl(Path(train_dir) / TRAIN_FILE))
+        # Disjoint by construction; checked again on what is actually written.
+        if _is_hub(settings):
+            shared = sorted({r["session"] for r in rows} & {r["session"] for r in train_rows})
+            what = "sessions"
+        else:
+            shared = sorted({r["instruction"] for r in rows} & {r["instruction"] for r in train_rows})
+            shared += sorted({r["asin"] for r in rows} & {r["asin"] for r in train_rows})
+            what = "instructions or target products"
+            shutil.copyfile(goals_dir / PRODUCTS_FILE, eval_dir / PRODUCTS_FILE)
+        if shared:
+            raise RuntimeError(f"{len(shared)} held-out WebShop {what} are also in the training split: {shared[:5]}")
+        write_jsonl(eval_dir / EVAL_FILE, rows)
+        result = {
+            "eval_rows": len(rows),
+            "heldout_goals_manifest": json.loads((goals_dir / MANIFEST).read_text()).get("summary", {}),
+        }
+        if not _is_hub(settings):
+            result["salt_sha256"] = salt_fingerprint(require_salt(salt, self.name))
+        return result
+
+    def describe(self, settings: dict) -> str:
+        environment = settings.get("environment") or {}
+        train = settings.get("train_size") or DEFAULT_TRAIN_GOALS
+        eval_size = settings.get("eval_size") or DEFAULT_EVAL_GOALS
+        if _is_hub(settings):
+            url = (settings.get("hub") or {}).get("url") or "hub.url"
+            train_desc = HUB_TRAIN.format(train=train, first=eval_size, last=eval_size + train - 1)
+            env_desc, eval_desc = HUB_ENV.format(url=url), HUB_EVAL.format(last=eval_size - 1, eval=eval_size)
+        else:
+            catalogue = settings.get("catalogue_size") or DEFAULT_CATALOGUE
+            train_desc = OFFLINE_TRAIN.format(train=train, catalogue=catalogue)
+            env_desc, eval_desc = OFFLINE_ENV, OFFLINE_EVAL.format(eval=eval_size)
+        return DESCRIPTION.format(
+            train_desc=train_desc,
+            env_desc=env_desc,
+            eval_desc=eval_desc,
+            max_new_tokens=settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,
+            max_steps=environment.get("max_steps") or public.MAX_STEPS,
+        )
+
+    def exposed_files(self, settings: dict) -> dict:
+        return {"task.py": PUBLIC}
+
+    # -- evaluation -----------------------------------------------------------------------
+    def rollout(self, settings: dict):
+        return WebShopRollout(settings)
+
+    def scorer(self, settings: dict):
+        return RewardScorer()
+
+
+def _is_hub(settings: dict) -> bool:
+    return settings.get("source", "offline") == "hub"
+
+
+def _goals_source(sources: dict | None, name: str) -> Path:
+    if not sources or name not in sources:
+        raise ValueError(
+            f"WebShop's splits are built from the generate_games rule's output ({name}); "
+            "run the workflow, or pass sources={'" + name + "': <folder with manifest.json>}"
+        )
+    path = Path(sources[name])
+    if not (path / MANIFEST).is_file():
+        raise FileNotFoundError(f"{path} has no {MANIFEST}: rerun the generate_games rule")
+    return path
+
+
+TASK_CLASS = WebShop

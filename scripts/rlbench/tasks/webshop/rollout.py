@@ -1,0 +1,221 @@
+"""WebShop episodes: RD-Agent's evaluation loop, played in lockstep with continuous batching.
+
+Every live episode is advanced together: one generation call per step with all live episodes'
+chat prompts (public.messages rendered by the generator's chat template), then one step of each
+episode's shop. At most `max_live` episodes are live at once; when one ends the next goal starts.
+The shops step in-process: one WebShopEnv per episode over one shared Catalogue (the products and
+their BM25 index), or, for the hub source, one HubWebShopEnv per episode over the original site.
+
+An episode ends at Buy Now (its reward), after max_steps steps (reward 0), or when its prompt no
+longer fits the model's context (reward 0, `end: "context"`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rlbench.tasks.webshop import public
+
+PRODUCTS_FILE = "products.jsonl"
+
+
+def play_episodes(
+    goals: dict,
+    make_env: Callable[[], object],
+    generator,
+    *,
+    max_steps: int = public.MAX_STEPS,
+    max_new_tokens: int = public.MAX_NEW_TOKENS,
+    max_live: int | None = None,
+    timings: dict | None = None,
+) -> dict:
+    """Play every goal (key -> what `env.reset` takes) with `generator`; key -> episode record
+    {reward, success, steps, end ("bought", "max_steps", "context"), actions}. `timings` (if
+    given) gets generation_s and env_s added up (wall seconds)."""
+    timings = timings if timings is not None else {}
+    for name in ("generation_s", "env_s"):
+        timings.setdefault(name, 0.0)
+    keys = list(goals)
+    width = max(1, min(len(keys), int(max_live or len(keys) or 1)))
+    pending = list(keys)
+    live: dict = {}  # key -> {"env", "instruction", "observation", "history", "record"}
+    results: dict = {}
+
+    def start() -> None:
+        began = time.perf_counter()
+        while pending and len(live) < width:
+            key = pending.pop(0)
+            env = make_env()
+            observation = env.reset(goals[key])
+            live[key] = {
+                "env": env,
+                "instruction": env.get_instruction_text(),
+                "observation": observation,
+                "history": [],
+                "record": {"reward": 0.0, "steps": 0, "actions": []},
+            }
+        timings["env_s"] += time.perf_counter() - began
+
+    def end(key, how: str, reward: float = 0.0) -> None:
+        record = live.pop(key)["record"]
+        record.update(end=how, reward=reward, success=public.is_success(reward))
+        results[key] = record
+        release = getattr(generator, "release", None)
+        if release is not None:
+            release(key)
+
+    start()
+    while live:
+        prompts = {
+            key: generator.chat_prompt(
+                public.messages(
+                    state["instruction"],
+                    state["env"].available_actions(),
+                    state["history"],
+                    state["observation"],
+                    len(state["history"]) + 1,
+                )
+            )
+            for key, state in live.items()
+        }
+        began = time.perf_counter()
+        completions = generator.generate(prompts, max_new_tokens, list(public.STOP))
+        timings["generation_s"] += time.perf_counter() - began
+        began = time.perf_counter()
+        for key in list(live):
+            completion = completions.get(key)
+            if completion is None:  # the prompt no longer fits the model's context
+                end(key, "context")
+                continue
+            state = live[key]
+            action = public.clean_action(completion)
+            observation, reward, done, _info = state["env"].step(action)
+            state["history"].append((state["observation"], action))
+            state["observation"] = observation
+            record = state["record"]
+            record["steps"] += 1
+            record["actions"].append(action)
+            if done:
+                end(key, "bought", float(reward))
+            elif record["steps"] >= max_steps:
+                end(key, "max_steps")
+        timings["env_s"] += time.perf_counter() - began
+        start()
+    return {key: results[key] for key in keys}
+
+
+def hub_url(settings: dict) -> str:
+    """The original WebShop site's address (settings hub.url)."""
+    url = (settings.get("hub") or {}).get("url")
+    if not url:
+        raise ValueError(
+            "webshop: source: hub needs tasks.webshop.hub.url, the address of a running WebShop "
+            "Flask site (web_agent_site, e.g. http://localhost:3000); or use source: offline"
+        )
+    return str(url)
+
+
+class WebShopRollout:
+    """The evaluation's rollout: every held-out goal played with the submitted model."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+
+    def prepare(self, ctx) -> None:
+        ctx.text_generator()  # the model loads before the held-out split is read
+
+    def _envs(self, rows: list[dict], eval_dir: Path) -> tuple[dict, Callable[[], object]]:
+        """key -> what reset() takes, and a factory of environments."""
+        if self.settings.get("source", "offline") == "hub":
+            url = hub_url(self.settings)
+            return {row["id"]: row["session"] for row in rows}, lambda: public.HubWebShopEnv(url)
+        catalogue = public.Catalogue(public.load_products(Path(eval_dir) / PRODUCTS_FILE))
+        return {row["id"]: row for row in rows}, lambda: public.WebShopEnv(catalogue)
+
+    def run(self, rows: list[dict], ctx) -> dict:
+        environment = self.settings.get("environment") or {}
+        max_live = environment.get("max_live") or ctx.evaluation.get("batch_size") or len(rows)
+        generator = ctx.text_generator()
+        timings: dict = {}
+        phase = ctx.phase
+
+        class Phased:
+            """Tells the caller whose part is running: the model's (generating) or the
+            environment's (the harness's)."""
+
+            def generate(self, prompts, max_new_tokens, stop):
+                phase("generating")
+                try:
+                    return generator.generate(prompts, max_new_tokens, stop)
+                finally:
+                    phase("environment")
+
+            def chat_prompt(self, messages):
+                return generator.chat_prompt(messages)
+
+            def release(self, key):
+                release = getattr(generator, "release", None)
+                if release is not None:
+                    release(key)
+
+        ctx.phase("environment")
+        goals, make_env = self._envs(rows, ctx.eval_dir)
+        episodes = play_episodes(
+            goals,
+            make_env,
+            Phased(),
+            max_steps=environment.get("max_steps") or public.MAX_STEPS,
+            max_new_tokens=self.settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,
+            max_live=max_live,
+            timings=timings,
+        )
+        return {"episodes": episodes, "timings": timings, "generator": getattr(generator, "stats", None)}
+
+    def code_files(self) -> list[Path]:
+        import rlbench.rollouts
+
+        return [Path(public.__file__), Path(rlbench.rollouts.__file__)]
+
+
+def _rate(count: int, n: int) -> float:
+    return round(100.0 * count / n, 4) if n else 0.0
+
+
+class RewardScorer:
+    """Success rate (reward >= 0.5, primary), mean reward x 100 and full-success rate (reward ==
+    1, WebShop's own), mean steps and context losses, from the episodes."""
+
+    def score(self, rows: list[dict], samples: dict, ctx):
+        from rlbench.tasks.base import EvalResult
+
+        episodes = samples["episodes"]
+        items = []
+        for row in rows:  # every held-out row is scored: a missing episode would be a harness bug
+            episode = episodes[row["id"]]
+            items.append(
+                {
+                    "id": row["id"],
+                    "reward": episode["reward"],
+                    "success": bool(episode["success"]),
+                    "steps": episode["steps"],
+                    "end": episode["end"],
+                    "actions": episode["actions"],
+                }
+            )
+        n = len(items)
+        successes = sum(item["success"] for item in items)
+        metrics = {
+            "success_rate": _rate(successes, n),
+            "mean_reward": round(100.0 * sum(item["reward"] for item in items) / n, 4) if n else 0.0,
+            "full_success_rate": _rate(sum(item["reward"] == 1.0 for item in items), n),
+            "success_count": successes,
+            "avg_steps": round(sum(item["steps"] for item in items) / n, 4) if n else 0.0,
+            "context_exhausted": sum(item["end"] == "context" for item in items),
+        }
+        timings = samples.get("timings") or {}
+        for name in ("generation_s", "env_s"):
+            if name in timings:
+                metrics[name] = round(timings[name], 3)
+        return EvalResult(metrics=metrics, primary="success_rate", n=n, items=items)
