@@ -1,0 +1,273 @@
+"""DeepSearchQA grading: the reference's yes/no verdict (the headline accuracy) and the official
+autorater's per-item grading (precision, recall, F1), each asked of the task's judge, or decided
+by string-matching rules when the judge is the `match` backend.
+
+- Verdict (RD-Agent's judge): a system prompt "You are a strict answer evaluator." and a user
+  prompt with the answer type, the gold and the predicted answer and two rules (single: the same
+  key information; set: every gold item, order and wording aside). The first line of the reply,
+  lower-cased and stripped of punctuation, must be "correct". A failed judge call falls back to
+  public.string_match, as the reference does on an API error (counted: judge_fallbacks).
+- Official (the dataset's starter-notebook autorater, prompt structure of the paper's appendix):
+  the judge returns JSON {explanation, correctness_details: {gold item: bool},
+  excessive_answers: [...]}, turned into public.official_metrics. A failed call or a reply
+  without that JSON falls back to `match_official` (counted: official_fallbacks).
+- The match backend asks nothing: the verdict is public.string_match, the official grading
+  `match_official`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import sys
+from pathlib import Path
+
+from rlbench.tasks.base import EvalResult
+from rlbench.tasks.deepsearchqa import public
+
+VERDICT_PURPOSE = "deepsearchqa-verdict"
+OFFICIAL_PURPOSE = "deepsearchqa-official"
+DEFAULT_JUDGE_TOKENS = 1024
+VERDICT_SYSTEM = "You are a strict answer evaluator."
+
+VERDICT_PROMPT = """\
+Decide whether the predicted answer to a question is correct.
+
+Answer type: {answer_type}
+Gold answer: {gold}
+Predicted answer: {predicted}
+
+Rules:
+- Single Answer: the prediction is correct if it gives the same key information as the gold answer.
+- Set Answer: the prediction is correct if it contains ALL items of the gold answer; their order and small differences in wording do not matter.
+
+Reply with ONLY "correct" or "incorrect"."""
+
+OFFICIAL_PROMPT = """\
+Your job is to decide whether an AI response to a user prompt reached the correct answer. You get the user prompt, its prompt type, the correct answer and the AI response.
+
+How to judge, by prompt type:
+- "Single Answer": the response must give the correct answer. It does not have to use the same words, but it must mean the same thing.
+- "Set Answer": the correct answer is a set of items, in any order. Check each item of the correct answer on its own: does the response contain it? The response may name more items than the correct answer; judge the items of the correct answer first, then write down every further item of the response as an excessive answer.
+
+Reply with one JSON object with these keys:
+- "explanation": a short explanation of your judgement;
+- "correctness_details": an object mapping each item of the correct answer to true (the response contains it) or false (it does not);
+- "excessive_answers": a list of the items of the response that are not in the correct answer (empty when there are none).
+
+Example of a partially correct response:
+User prompt: Which three colours of light do RGB screens mix?
+Prompt Type: Set Answer
+Correct answer: red, green, blue
+AI response: Red, green and yellow.
+Rating: {{"explanation": "Red and green are given, blue is missing, and yellow is not one of the colours.", "correctness_details": {{"red": true, "green": true, "blue": false}}, "excessive_answers": ["yellow"]}}
+
+Now judge this one.
+
+<prompt>
+{problem}
+</prompt>
+
+Prompt Type: {answer_type}
+<answer>
+{gold}
+</answer>
+
+<response>
+{response}
+</response>
+
+Rating:"""
+
+
+def verdict_messages(answer_type: str, gold: str, predicted: str) -> list[dict]:
+    """The reference judge's chat: a strict evaluator deciding correct/incorrect."""
+    user = VERDICT_PROMPT.format(answer_type=answer_type, gold=gold, predicted=predicted)
+    return [{"role": "system", "content": VERDICT_SYSTEM}, {"role": "user", "content": user}]
+
+
+def parse_verdict(text: str) -> bool:
+    """The reference's reading of a verdict: the first line, lower-cased and stripped of
+    punctuation and whitespace, is "correct" (anything else, "incorrect" included, is not)."""
+    lines = text.strip().lower().splitlines()
+    first = lines[0] if lines else ""
+    return first.strip(string.punctuation + string.whitespace) == "correct"
+
+
+def official_messages(problem: str, answer_type: str, gold: str, response: str) -> list[dict]:
+    """The official autorater's prompt as one user turn."""
+    text = OFFICIAL_PROMPT.format(problem=problem, answer_type=answer_type, gold=gold, response=response)
+    return [{"role": "user", "content": text}]
+
+
+def parse_official(text: str) -> tuple[dict, list] | None:
+    """(correctness_details, excessive_answers) from an autorater reply: the JSON object in it
+    (code fences and text around it tolerated); None when there is no such object."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    details, extras = data.get("correctness_details") if isinstance(data, dict) else None, data.get("excessive_answers", [])
+    if not isinstance(details, dict) or not isinstance(extras, list):
+        return None
+    flags = {}
+    for item, value in details.items():
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
+        if not isinstance(value, bool):
+            return None
+        flags[str(item)] = value
+    return flags, [str(extra) for extra in extras if str(extra).strip()]
+
+
+_ITEM_SEPARATORS = re.compile(r",|;|\n|&|\band\b", re.IGNORECASE)
+
+
+def response_items(response: str) -> list[str]:
+    """The items of an answer: its parts between commas, semicolons, newlines, "&" and "and"."""
+    return [part.strip(" .") for part in _ITEM_SEPARATORS.split(response or "") if public.normalize(part)]
+
+
+def _same_item(part: str, item: str) -> bool:
+    return public.contains_words(part, item) or public.contains_words(item, part)
+
+
+def match_official(response: str, gold: str | None, answer_type: str) -> tuple[dict, list]:
+    """The official grading by string matching (the match backend, and the fallback of a failed
+    autorater call): each gold item is found iff its words occur in the response; the excessive
+    answers are the response's items (`response_items`) that are part of no gold item and contain
+    none, "none"-like items aside. An empty gold is graded as the one item "None", found iff the
+    response says there are none (as an autorater reads the dataset's literal "None"), so that a
+    right "None" earns F1 1 rather than the 0 of an empty precision and recall."""
+    items = public.gold_items(gold, answer_type)
+    parts = [part for part in response_items(response) if not public.says_none(part)]
+    if not items:
+        return {public.NONE_ANSWER: public.says_none(response)}, parts
+    details = {item: public.contains_words(response or "", item) for item in items}
+    extras = [part for part in parts if not any(_same_item(part, item) for item in items)]
+    return details, extras
+
+
+def _rate(values: list[float]) -> float:
+    return round(100.0 * sum(values) / len(values), 4) if values else 0.0
+
+
+class AnswerScorer:
+    """Accuracy by the reference's verdict (primary, 0-100), the official grading beside it, and
+    what the episodes did (searches, how they ended, context exhausted)."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+
+    def _judge_tokens(self) -> int:
+        return int((self.settings.get("judge") or {}).get("max_tokens") or DEFAULT_JUDGE_TOKENS)
+
+    def score(self, rows: list[dict], samples: dict, ctx) -> EvalResult:
+        episodes = samples["episodes"]
+        predictions = [episodes[row["id"]]["answer"] or "" for row in rows]  # a missing episode is a harness bug
+        judge = ctx.judge()
+        failures = {"count": 0, "by_kind": {}}
+        if judge.backend == "match":
+            verdicts = [(public.string_match(p, r["answer"], r["answer_type"]), "match") for r, p in zip(rows, predictions)]
+            officials = [(match_official(p, r["answer"], r["answer_type"]), "match") for r, p in zip(rows, predictions)]
+        else:
+            verdicts, officials, failures = self._ask(judge, rows, predictions, ctx.replicate)
+        items, per_type = [], {public.SINGLE: [], public.SET: []}
+        grades = []
+        for row, prediction, (correct, verdict_source), ((details, extras), official_source) in zip(
+            rows, predictions, verdicts, officials
+        ):
+            episode = episodes[row["id"]]
+            grade = public.official_metrics(details, extras)
+            grades.append(grade)
+            per_type.setdefault(row["answer_type"], []).append(float(correct))
+            items.append(
+                {
+                    "id": row["id"],
+                    "answer_type": row["answer_type"],
+                    "problem_category": row.get("problem_category"),
+                    "gold": row["answer"],
+                    "predicted": prediction,
+                    "correct": bool(correct),
+                    "verdict_source": verdict_source,
+                    "official": {**grade, "correctness_details": details, "excessive_answers": extras, "source": official_source},
+                    "end": episode["end"],
+                    "steps": episode["steps"],
+                    "searches": episode["searches"],
+                    "opens": episode["opens"],
+                    "actions": episode["actions"],
+                }
+            )
+        n = len(items)
+        correct = sum(item["correct"] for item in items)
+        ends: dict = {}
+        for item in items:
+            ends[item["end"]] = ends.get(item["end"], 0) + 1
+        metrics = {
+            "accuracy": round(100.0 * correct / n, 4) if n else 0.0,
+            "correct": correct,
+            "accuracy_single": _rate(per_type[public.SINGLE]) if per_type[public.SINGLE] else None,
+            "accuracy_set": _rate(per_type[public.SET]) if per_type[public.SET] else None,
+            "official_f1": _rate([g["f1"] for g in grades]),
+            "official_precision": _rate([g["precision"] for g in grades]),
+            "official_recall": _rate([g["recall"] for g in grades]),
+            "official_fully_correct": _rate([g["fully_correct"] for g in grades]),
+            "official_fully_incorrect": _rate([g["fully_incorrect"] for g in grades]),
+            "official_correct_with_extras": _rate([g["correct_with_excessive_answers"] for g in grades]),
+            "official_partially_correct": _rate([g["partially_correct"] for g in grades]),
+            "judge_failures": failures["count"],
+            "judge_failures_by_kind": failures["by_kind"],
+            "judge_fallbacks": sum(source == "fallback" for _, source in verdicts),
+            "official_fallbacks": sum(source == "fallback" for _, source in officials),
+            "judge_backend": judge.backend,
+            "mean_searches": round(sum(item["searches"] for item in items) / n, 4) if n else 0.0,
+            "mean_opens": round(sum(item["opens"] for item in items) / n, 4) if n else 0.0,
+            "mean_steps": round(sum(item["steps"] for item in items) / n, 4) if n else 0.0,
+            "episode_ends": ends,
+            "context_exhausted": ends.get("context", 0),
+        }
+        return EvalResult(metrics=metrics, primary="accuracy", n=n, items=items)
+
+    def _ask(self, judge, rows: list[dict], predictions: list[str], replicate: int):
+        """Both gradings from the judge, each question's failed call (or unreadable official
+        reply) decided by the match rules instead."""
+        from rlbench.judges import answer_failure_summary
+
+        tokens = self._judge_tokens()
+        verdict_answers = judge.ask(
+            [verdict_messages(r["answer_type"], r["answer"], p) for r, p in zip(rows, predictions)],
+            max_tokens=tokens, purpose=VERDICT_PURPOSE, replicate=replicate,
+        )  # fmt: skip
+        official_answers = judge.ask(
+            [official_messages(r["problem"], r["answer_type"], r["answer"], p) for r, p in zip(rows, predictions)],
+            max_tokens=tokens, purpose=OFFICIAL_PURPOSE, replicate=replicate,
+        )  # fmt: skip
+        verdicts, officials = [], []
+        unparsable = 0
+        for row, prediction, verdict, official in zip(rows, predictions, verdict_answers, official_answers, strict=True):
+            if verdict.ok:
+                verdicts.append((parse_verdict(verdict.text), "judge"))
+            else:
+                verdicts.append((public.string_match(prediction, row["answer"], row["answer_type"]), "fallback"))
+            parsed = parse_official(official.text) if official.ok else None
+            if parsed is None:
+                unparsable += official.ok
+                officials.append((match_official(prediction, row["answer"], row["answer_type"]), "fallback"))
+            else:
+                officials.append((parsed, "judge"))
+        summary = answer_failure_summary(list(verdict_answers) + list(official_answers))
+        failures = {"count": summary["count"] + unparsable, "by_kind": dict(summary["by_kind"])}
+        if unparsable:
+            failures["by_kind"]["unparsable"] = failures["by_kind"].get("unparsable", 0) + unparsable
+        if failures["count"]:
+            print(f"deepsearchqa judge failures (decided by string matching instead): {failures}", file=sys.stderr)
+        return verdicts, officials, failures
+
+    def code_files(self) -> list[Path]:
+        from rlbench import judges
+
+        return [Path(public.__file__), *judges.code_files()]

@@ -1,0 +1,192 @@
+"""DeepSearchQA episodes: the ReAct loop of public.py, many questions played in lockstep.
+
+`play_questions` keeps up to `max_live` episodes live (continuous batching: when one ends the next
+question starts). Each round, the live episodes are grouped by what they ask for (a normal step:
+256 tokens and the ReAct stops; a forced answer: 128 tokens and "]"), and each group is one
+generator.generate call (a TextGenerator from rlbench.rollouts keeps every episode's prompt cached
+between calls). Then every episode takes its step, calling the search tool.
+
+Search tools: offline, public.SearchTool over the held-out split's kb.jsonl (the same knowledge
+base as the training split's); hub, the web as the reference searches it (`WebSearch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rlbench.tasks.deepsearchqa import public
+
+KB_FILE = "kb.jsonl"
+SERPAPI_URL = "https://serpapi.com/search"
+DUCKDUCKGO_URL = "https://api.duckduckgo.com/"
+
+
+class WebSearch:
+    """The reference's web search: SerpAPI (the top organic results' snippets) or the DuckDuckGo
+    Instant Answer API (AbstractText, else the first two RelatedTopics); any error becomes an
+    observation "Search error: ...". No open[] on the web."""
+
+    def __init__(self, provider: str, api_key: str | None = None, max_results: int = public.MAX_RESULTS, timeout_s: float = 10.0):
+        if provider not in ("serpapi", "duckduckgo"):
+            raise ValueError(f"unknown web search provider {provider!r} (serpapi or duckduckgo)")
+        self.provider = provider
+        self.api_key = api_key
+        self.max_results = max_results
+        self.timeout_s = timeout_s
+
+    def _get(self, url: str, params: dict) -> dict:
+        with urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=self.timeout_s) as response:
+            return json.loads(response.read().decode("utf-8"))
+
+    def search(self, query: str) -> str:
+        try:
+            if self.provider == "serpapi":
+                data = self._get(SERPAPI_URL, {"q": query, "api_key": self.api_key, "num": self.max_results})
+                snippets = [r.get("snippet", "") for r in data.get("organic_results", [])[: self.max_results]]
+                return " | ".join(snippets) if snippets else public.NO_RESULTS
+            data = self._get(DUCKDUCKGO_URL, {"q": query, "format": "json", "no_html": 1})
+            if data.get("AbstractText"):
+                return data["AbstractText"]
+            topics = [t.get("Text", "") for t in data.get("RelatedTopics", [])[:2] if isinstance(t, dict) and t.get("Text")]
+            return " | ".join(topics) if topics else public.NO_RESULTS
+        except Exception as exc:  # the reference shows the model any failure as an observation
+            return f"Search error: {exc}"
+
+
+def search_tool(settings: dict, eval_dir: Path):
+    """The evaluation's search tool and the actions it offers: offline, BM25 over the split's
+    knowledge base (search and open); hub, the web provider named in `search.provider`."""
+    search = settings.get("search") or {}
+    max_results = int(search.get("max_results") or public.MAX_RESULTS)
+    if settings.get("source", "offline") != "hub":
+        return public.SearchTool(public.load_pages(Path(eval_dir) / KB_FILE), max_results=max_results), public.OFFLINE_TOOLS
+    provider = search.get("provider") or "duckduckgo"
+    if provider == "offline":
+        raise ValueError(
+            "tasks.deepsearchqa: source hub asks real questions, which the offline knowledge base cannot "
+            "answer; set search.provider to serpapi or duckduckgo (or use source: offline)"
+        )
+    key = None
+    if provider == "serpapi":
+        variable = search.get("api_key_var") or "SERPAPI_KEY"
+        key = os.environ.get(variable)
+        if not key:
+            raise ValueError(f"search.provider serpapi needs an API key in the environment variable {variable}")
+    return WebSearch(provider, key, max_results, float(search.get("timeout_s") or 10.0)), public.WEB_TOOLS
+
+
+def play_questions(
+    problems: dict,
+    generator,
+    tool,
+    *,
+    tools_available: tuple[str, ...] = public.OFFLINE_TOOLS,
+    max_steps: int = public.MAX_STEPS,
+    max_new_tokens: int = public.MAX_NEW_TOKENS,
+    max_live: int | None = None,
+    workers: int = 1,
+) -> dict:
+    """Play every question (key -> problem text); key -> episode record {answer, end ("answer",
+    "forced", "max_steps", "context"), steps, searches, opens, actions}. `workers` threads take the
+    episodes' steps (their tool calls) at once: a web search waits on the network."""
+    keys = list(problems)
+    width = max(1, min(len(keys), int(max_live or len(keys)))) if keys else 0
+    pending = list(keys)
+    live: dict = {}
+    results: dict = {}
+
+    def start() -> None:
+        while pending and len(live) < width:
+            key = pending.pop(0)
+            live[key] = public.episode_start(problems[key], tools_available, max_steps=max_steps, max_new_tokens=max_new_tokens)
+
+    def advance(item):
+        key, completion = item
+        return key, public.step(live[key], completion, tool)
+
+    start()
+    with ThreadPoolExecutor(max_workers=workers) if workers > 1 else contextlib.nullcontext() as pool:
+        while live:
+            groups: dict = {}
+            for key, episode in live.items():
+                request = episode.request
+                groups.setdefault((request.max_tokens, tuple(request.stop)), []).append(key)
+            completions = {}
+            for (max_tokens, stop), group in groups.items():
+                answered = generator.generate({key: live[key].request.prompt for key in group}, max_tokens, list(stop))
+                completions.update({key: answered.get(key) for key in group})
+            stepped = list((pool.map if pool is not None else map)(advance, completions.items()))
+            for key, request in stepped:
+                if request.kind == "done":
+                    episode = live.pop(key)
+                    results[key] = {
+                        "answer": request.answer,
+                        "end": request.end,
+                        "steps": episode.steps,
+                        "searches": episode.searches,
+                        "opens": episode.opens,
+                        "actions": episode.actions,
+                    }
+                    release = getattr(generator, "release", None)
+                    if release is not None:
+                        release(key)
+            start()
+    return {key: results[key] for key in keys}
+
+
+class SearchRollout:
+    """The evaluation's rollout: every held-out question played with the submitted model in
+    lockstep, the search tool answering between steps."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+
+    def prepare(self, ctx) -> None:
+        ctx.text_generator()  # the model loads before the held-out split is read
+
+    def run(self, rows: list[dict], ctx) -> dict:
+        environment = self.settings.get("environment") or {}
+        generator = ctx.text_generator()
+        phase = ctx.phase
+
+        class Phased:
+            """Tells the caller whose part is running: the model's (generating) or the search
+            tool's (environment, the harness's)."""
+
+            def generate(self, prompts, max_new_tokens, stop):
+                phase("generating")
+                try:
+                    return generator.generate(prompts, max_new_tokens, stop)
+                finally:
+                    phase("environment")
+
+            def release(self, key):
+                release = getattr(generator, "release", None)
+                if release is not None:
+                    release(key)
+
+        ctx.phase("environment")
+        tool, tools_available = search_tool(self.settings, ctx.eval_dir)
+        web = tools_available == public.WEB_TOOLS
+        episodes = play_questions(
+            {row["id"]: row["problem"] for row in rows},
+            Phased(),
+            tool,
+            tools_available=tools_available,
+            max_steps=environment.get("max_steps") or public.MAX_STEPS,
+            max_new_tokens=self.settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,
+            max_live=environment.get("max_live") or ctx.evaluation.get("batch_size") or len(rows),
+            workers=environment.get("workers") or (8 if web else 1),  # BM25 answers in microseconds
+        )
+        return {"episodes": episodes, "generator": getattr(generator, "stats", None)}
+
+    def code_files(self) -> list[Path]:
+        import rlbench.rollouts
+
+        return [Path(public.__file__), Path(rlbench.rollouts.__file__)]
