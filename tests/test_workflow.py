@@ -187,9 +187,11 @@ def test_paper_sweep_plans_with_cluster_runtimes(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     # (gsm8k, humaneval) x 2 models x 3 agents x 3 seeds + (alpaca-eval, alfworld) x 2 models x 2 agents x 3 seeds
-    assert re.search(r"run_agent\s+60\n", out)
-    assert re.search(r"judge_config\s+1\n", out) and re.search(r"check_execution\s+1\n", out)
-    assert re.search(r"generate_games\s+2\n", out)  # ALFWorld's training and held-out games, once each
+    # + (webshop, deepsearchqa) x 2 models x copy x 3 seeds
+    assert re.search(r"run_agent\s+72\n", out)
+    # AlpacaEval's and DeepSearchQA's judges; HumanEval's sandbox check
+    assert re.search(r"judge_config\s+2\n", out) and re.search(r"check_execution\s+1\n", out)
+    assert re.search(r"generate_games\s+6\n", out)  # each L3 task's training and held-out splits, once each
     assert "runtime=781" in out  # minutes: 12 h budget + 60 s grace + 1 h overhead
 
 
