@@ -45,8 +45,19 @@ def run_path(name):
 
 
 # The task settings each data split depends on: changing eval_size never touches the training split.
-TRAIN_KEYS = ("name", "module", "level", "source", "train_size", "data_seed", "hub", "catalogue_size", "kb_size")
-EVAL_DATA_KEYS = ("name", "module", "level", "source", "eval_size", "data_seed", "hub", "catalogue_size", "kb_size")
+# catalogue_size / kb_size: the shop (WebShop) or knowledge base (DeepSearchQA) both splits use.
+SPLIT_KEYS = (
+    "name",
+    "module",
+    "level",
+    "source",
+    "data_seed",
+    "hub",
+    "catalogue_size",
+    "kb_size",
+)
+TRAIN_KEYS = SPLIT_KEYS + ("train_size",)
+EVAL_DATA_KEYS = SPLIT_KEYS + ("eval_size",)
 
 
 def get_task_settings(wildcards, keys=None):

@@ -28,10 +28,13 @@ def test_default_config_is_valid_and_gets_defaults(registries, default_config):
         ("humaneval", "copy"), ("humaneval", "sft"), ("humaneval", "grpo"),
         ("alpaca-eval", "copy"), ("alpaca-eval", "sft"),
         ("alfworld", "copy"), ("alfworld", "sft-grpo"),
+        ("webshop", "copy"), ("deepsearchqa", "copy"),
     }  # fmt: skip
-    # Every task of the default sweep runs offline; the judge is a local model.
-    assert {config["tasks"][t]["source"] for t in ("gsm8k", "humaneval", "alpaca-eval", "alfworld")} == {"offline"}
+    # Every task of the default sweep runs offline; the judges need no key and no network.
+    offline = ("gsm8k", "humaneval", "alpaca-eval", "alfworld", "webshop", "deepsearchqa")
+    assert {config["tasks"][t]["source"] for t in offline} == {"offline"}
     assert config["tasks"]["alpaca-eval"]["judge"]["backend"] == "local"
+    assert config["tasks"]["deepsearchqa"]["judge"]["backend"] == "match"
     assert config["evaluation"]["backend"] == "auto"
 
 

@@ -61,3 +61,48 @@ def test_a_judge_change_reruns_evaluations_never_an_agent(levels_sweep):
     assert plan.get("judge_config") == 1 and plan.get("evaluate_baseline") == 1, plan
     for rule in ("run_agent", "prepare_workspace", "prepare_data", "check_execution"):
         assert rule not in plan, plan
+
+
+# -- the interactive level: WebShop and DeepSearchQA through the real workflow ------------------
+ONLINE_CONFIG = {
+    "sweep": {"tasks": ["webshop", "deepsearchqa"], "models": ["tiny"], "agents": ["copy"], "seeds": [0]},
+    "budget": {"time_limit_s": 120, "kill_grace_s": 2},
+    "tasks": {
+        "webshop": {
+            "source": "offline", "catalogue_size": 40, "train_size": 8, "eval_size": 4, "max_new_tokens": 8,
+            "environment": {"max_steps": 4},
+        },
+        "deepsearchqa": {
+            "source": "offline", "kb_size": 60, "train_size": 8, "eval_size": 4, "max_new_tokens": 8,
+            "grader_noise_repeats": 2, "judge": {"backend": "match", "model": "string-match"},
+        },
+    },
+    "evaluation": {"backend": "hf", "batch_size": 16, "eval_timeout_s": 300},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def online_sweep(tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("online"), ONLINE_CONFIG)
+    plan = planned_jobs(workdir)
+    assert plan.get("generate_games") == 4 and plan.get("judge_config") == 1, plan
+    snakemake(workdir, "--cores", "2")
+    return workdir
+
+
+def test_webshop_and_deepsearchqa_end_to_end_with_copy(online_sweep):
+    rows = {r["task"]: r for r in csv.DictReader(open(online_sweep / "results/report/leaderboard.csv"))}
+    assert rows["webshop"]["metric"] == "success_rate" and rows["deepsearchqa"]["metric"] == "accuracy"
+    for row in rows.values():
+        assert float(row["delta"]) == 0.0 and row["status"] == "completed", row
+    webshop = read_json(online_sweep / "results/baselines/webshop/tiny.json")
+    assert webshop["n"] == 4 and {"mean_reward", "full_success_rate"} <= set(webshop["metrics"])
+    search = read_json(online_sweep / "results/baselines/deepsearchqa/tiny.json")
+    assert search["n"] == 4 and search["grader_noise"]["repeats"] == 2
+    assert search["metrics"]["judge_backend"] == "match" and "official_f1" in search["metrics"]
+    # The held-out instructions and questions are in no file of any workspace.
+    for task, field in (("webshop", "instruction"), ("deepsearchqa", "problem")):
+        held_out = [row[field] for row in read_jsonl(online_sweep / f"results/data/{task}/eval/eval.jsonl")]
+        workspace = online_sweep / f"results/runs/{task}/tiny/copy/0/workspace"
+        texts = [p.read_text(errors="ignore") for p in workspace.rglob("*") if p.is_file() and p.stat().st_size < 5e7]
+        assert held_out and not [q for q in held_out if any(q in text for text in texts)]

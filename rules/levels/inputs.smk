@@ -55,10 +55,9 @@ LEVEL_INPUTS.append(execution_level_inputs)
 # The held-out split depends on train_size too where it is drawn to exclude the training items
 # (DeepSearchQA's questions); catalogue_size / kb_size: the environment WebShop / DeepSearchQA
 # builds both splits over.
-_WORLD_KEYS = ("name", "module", "level", "source", "data_seed", "hub", "catalogue_size", "kb_size")
 GAME_KEYS = {
-    "train": _WORLD_KEYS + ("train_size",),
-    "heldout": _WORLD_KEYS + ("train_size", "eval_size"),
+    "train": TRAIN_KEYS,
+    "heldout": SPLIT_KEYS + ("train_size", "eval_size"),
 }
 
 
