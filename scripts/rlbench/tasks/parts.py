@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 from rlbench.tasks.base import EvalContext, EvalResult, score_exact_match
@@ -47,3 +48,47 @@ class RuleScorer:
 
     def code_files(self) -> list[str]:
         return [self.public.__file__] if getattr(self.public, "__file__", None) else []
+
+
+# -- level 3: what interactive tasks share ------------------------------------------------------
+BUILT_MANIFEST = "manifest.json"
+
+
+def built_split(sources: dict | None, name: str, task: str) -> Path:
+    """The folder the generate_games rule built for one split of an interactive task (`name`:
+    "train_games" or "heldout_games"), checked to hold its manifest."""
+    if not sources or name not in sources:
+        raise ValueError(
+            f"{task}'s splits are built from the generate_games rule's output ({name}); "
+            "run the workflow, or pass sources={'" + name + "': <folder with manifest.json>}"
+        )
+    path = Path(sources[name])
+    if not (path / BUILT_MANIFEST).is_file():
+        raise FileNotFoundError(f"{path} has no {BUILT_MANIFEST}: rerun the generate_games rule")
+    return path
+
+
+class PhasedGenerator:
+    """A text generator (rlbench.rollouts) as an episode loop uses it during an evaluation: its
+    calls run in phase "generating" (the submitted model's part), and everything between them in
+    "environment" (the harness's part: games, shops, search tools), so that a failure is blamed
+    on the right side."""
+
+    def __init__(self, generator, phase: Callable[[str], None]):
+        self.generator = generator
+        self.phase = phase
+
+    def generate(self, prompts: dict, max_new_tokens: int, stop):
+        self.phase("generating")
+        try:
+            return self.generator.generate(prompts, max_new_tokens, stop)
+        finally:
+            self.phase("environment")
+
+    def chat_prompt(self, messages: list[dict]) -> str:
+        return self.generator.chat_prompt(messages)
+
+    def release(self, key) -> None:
+        release = getattr(self.generator, "release", None)
+        if release is not None:
+            release(key)

@@ -29,6 +29,7 @@ from rlbench.jsonio import write_jsonl
 from rlbench.tasks.alfworld import public
 from rlbench.tasks.alfworld.rollout import ReActRollout, SuccessScorer
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
+from rlbench.tasks.parts import built_split
 
 PUBLIC = Path(__file__).with_name("public.py")
 DATA = Path(__file__).with_name("data")
@@ -154,7 +155,7 @@ class ALFWorld(Task):
 
     # -- splits -------------------------------------------------------------------------
     def prepare_train(self, settings: dict, train_dir: Path, *, sources: dict | None = None) -> dict:
-        games_dir = _games_source(sources, "train_games")
+        games_dir = built_split(sources, "train_games", "ALFWorld")
         manifest = json.loads((games_dir / MANIFEST).read_text())
         train_dir = Path(train_dir)
         rows = []
@@ -188,7 +189,7 @@ class ALFWorld(Task):
     def prepare_eval(
         self, settings: dict, train_dir: Path, eval_dir: Path, *, salt: str | None = None, sources: dict | None = None
     ) -> dict:
-        games_dir = _games_source(sources, "heldout_games")
+        games_dir = built_split(sources, "heldout_games", "ALFWorld")
         manifest = json.loads((games_dir / MANIFEST).read_text())
         eval_dir = Path(eval_dir)
         rows = [
@@ -251,18 +252,6 @@ class ALFWorld(Task):
 
     def scorer(self, settings: dict):
         return SuccessScorer()
-
-
-def _games_source(sources: dict | None, name: str) -> Path:
-    if not sources or name not in sources:
-        raise ValueError(
-            f"ALFWorld's splits are built from the generate_games rule's output ({name}); "
-            "run the workflow, or pass sources={'" + name + "': <folder with manifest.json>}"
-        )
-    path = Path(sources[name])
-    if not (path / MANIFEST).is_file():
-        raise FileNotFoundError(f"{path} has no {MANIFEST}: rerun the generate_games rule")
-    return path
 
 
 def _game_id(record: dict) -> str:

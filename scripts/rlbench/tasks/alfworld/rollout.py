@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from rlbench.tasks.alfworld import public
+from rlbench.tasks.parts import PhasedGenerator
 
 
 def _finish(record: dict, end: str) -> dict:
@@ -133,29 +134,12 @@ class ReActRollout:
         max_live = environment.get("max_live") or ctx.evaluation.get("batch_size") or len(rows)
         generator = ctx.text_generator()
         timings: dict = {}
-        phase = ctx.phase
-
-        class Phased:
-            """Tells the caller whose part is running: the model's (generating) or the
-            environment's (the harness's)."""
-
-            def generate(self, prompts, max_new_tokens, stop):
-                phase("generating")
-                try:
-                    return generator.generate(prompts, max_new_tokens, stop)
-                finally:
-                    phase("environment")
-
-            def release(self, key):
-                release = getattr(generator, "release", None)
-                if release is not None:
-                    release(key)
 
         ctx.phase("environment")
         with public.EnvPool(workers=min(workers, max(1, len(rows)))) as pool:
             episodes = play_episodes(
                 game_files(rows, ctx.eval_dir),
-                Phased(),
+                PhasedGenerator(generator, ctx.phase),
                 pool,
                 max_steps=environment.get("max_steps") or public.MAX_STEPS,
                 max_new_tokens=self.settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,

@@ -31,6 +31,7 @@ from rlbench.tasks.deepsearchqa import public
 from rlbench.tasks.deepsearchqa.grading import AnswerScorer
 from rlbench.tasks.deepsearchqa.kb import build_kb, questions
 from rlbench.tasks.deepsearchqa.rollout import KB_FILE, SearchRollout
+from rlbench.tasks.parts import built_split
 
 PUBLIC = Path(__file__).with_name("public.py")
 QUESTIONS = "questions.jsonl"
@@ -149,7 +150,9 @@ class DeepSearchQA(Task):
     public_module_path = PUBLIC
 
     # -- questions: built by the generate_games rule ---------------------------------------------
-    def build_games(self, settings: dict, split: str, out_dir: Path, *, salt: str | None = None, workers: int = 1) -> dict:
+    def build_games(
+        self, settings: dict, split: str, out_dir: Path, *, salt: str | None = None, workers: int = 1
+    ) -> dict:
         """Write the questions of `split` ("train" or "heldout") to out_dir/questions.jsonl, the
         knowledge base (offline) to out_dir/kb.jsonl, and a manifest.json (with a "summary")."""
         if split not in ("train", "heldout"):
@@ -188,7 +191,7 @@ class DeepSearchQA(Task):
 
     # -- splits -----------------------------------------------------------------------------------
     def prepare_train(self, settings: dict, train_dir: Path, *, sources: dict | None = None) -> dict:
-        built = _built(sources, "train_games")
+        built = built_split(sources, "train_games", "DeepSearchQA")
         train_dir = Path(train_dir)
         rows = [{key: row[key] for key in ROW_KEYS} for row in read_jsonl(built / QUESTIONS)]
         write_jsonl(train_dir / TRAIN_FILE, rows)
@@ -207,7 +210,7 @@ class DeepSearchQA(Task):
     def prepare_eval(
         self, settings: dict, train_dir: Path, eval_dir: Path, *, salt: str | None = None, sources: dict | None = None
     ) -> dict:
-        built = _built(sources, "heldout_games")
+        built = built_split(sources, "heldout_games", "DeepSearchQA")
         eval_dir = Path(eval_dir)
         source = settings.get("source", "offline")
         rows = [{key: row[key] for key in ROW_KEYS} for row in read_jsonl(built / QUESTIONS)]
@@ -269,18 +272,6 @@ class DeepSearchQA(Task):
 
     def scorer(self, settings: dict) -> AnswerScorer:
         return AnswerScorer(settings)
-
-
-def _built(sources: dict | None, name: str) -> Path:
-    if not sources or name not in sources:
-        raise ValueError(
-            f"DeepSearchQA's splits are built from the generate_games rule's output ({name}); "
-            "run the workflow, or pass sources={'" + name + "': <folder with manifest.json>}"
-        )
-    path = Path(sources[name])
-    if not (path / MANIFEST).is_file():
-        raise FileNotFoundError(f"{path} has no {MANIFEST}: rerun the generate_games rule")
-    return path
 
 
 def _copy(source: Path, target: Path) -> None:

@@ -111,7 +111,9 @@ def parse_official(text: str) -> tuple[dict, list] | None:
         data = json.loads(text[start : end + 1])
     except json.JSONDecodeError:
         return None
-    details, extras = data.get("correctness_details") if isinstance(data, dict) else None, data.get("excessive_answers", [])
+    details, extras = data.get("correctness_details") if isinstance(data, dict) else None, data.get(
+        "excessive_answers", []
+    )
     if not isinstance(details, dict) or not isinstance(extras, list):
         return None
     flags = {}
@@ -172,7 +174,9 @@ class AnswerScorer:
         judge = ctx.judge()
         failures = {"count": 0, "by_kind": {}}
         if judge.backend == "match":
-            verdicts = [(public.string_match(p, r["answer"], r["answer_type"]), "match") for r, p in zip(rows, predictions)]
+            verdicts = [
+                (public.string_match(p, r["answer"], r["answer_type"]), "match") for r, p in zip(rows, predictions)
+            ]
             officials = [(match_official(p, r["answer"], r["answer_type"]), "match") for r, p in zip(rows, predictions)]
         else:
             verdicts, officials, failures = self._ask(judge, rows, predictions, ctx.replicate)
@@ -194,7 +198,12 @@ class AnswerScorer:
                     "predicted": prediction,
                     "correct": bool(correct),
                     "verdict_source": verdict_source,
-                    "official": {**grade, "correctness_details": details, "excessive_answers": extras, "source": official_source},
+                    "official": {
+                        **grade,
+                        "correctness_details": details,
+                        "excessive_answers": extras,
+                        "source": official_source,
+                    },
                     "end": episode["end"],
                     "steps": episode["steps"],
                     "searches": episode["searches"],
@@ -248,7 +257,9 @@ class AnswerScorer:
         )  # fmt: skip
         verdicts, officials = [], []
         unparsable = 0
-        for row, prediction, verdict, official in zip(rows, predictions, verdict_answers, official_answers, strict=True):
+        for row, prediction, verdict, official in zip(
+            rows, predictions, verdict_answers, official_answers, strict=True
+        ):
             if verdict.ok:
                 verdicts.append((parse_verdict(verdict.text), "judge"))
             else:

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 from rlbench.tasks.deepsearchqa.public import NONE_ANSWER, SET, SINGLE
 
-
 #: The share of questions whose gold set is empty ("a few percent"; the dataset has 4 of 900).
 EMPTY_FRACTION = 0.03
 #: The share of single-answer questions (the dataset: about 35 %).
@@ -43,14 +42,48 @@ SINGLE_FRACTION = 0.35
 #: The largest gold set a set question may have (the answer must fit a short answer[...]).
 MAX_SET_SIZE = 6
 
-_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "th", "br", "dr", "kr", "tr", "gl", "st", "sh"]
+_ONSETS = [
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "th",
+    "br",
+    "dr",
+    "kr",
+    "tr",
+    "gl",
+    "st",
+    "sh",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ae", "ei", "ou", "ia"]
 _CODAS = ["", "", "", "n", "r", "l", "s", "th", "m", "k", "v"]
 _REGION_KINDS = ["Coast", "Highlands", "Basin", "Isles", "Steppe", "Marches"]
 _CITY_ENDINGS = ["", "", "port", "holm", "dell", "mora", "vik", "grad"]
 _COMPANY_SUFFIXES = ["Works", "Systems", "Holdings", "Labs", "Industries", "Group", "Foundry", "Collective"]
 _AWARD_KINDS = ["Prize", "Medal", "Award", "Laurel"]
-_WORK_NOUNS = ["Chronicle", "Nocturne", "Atlas", "Letters", "Garden", "Tides", "Lantern", "Orchard", "Requiem", "Meridian"]
+_WORK_NOUNS = [
+    "Chronicle",
+    "Nocturne",
+    "Atlas",
+    "Letters",
+    "Garden",
+    "Tides",
+    "Lantern",
+    "Orchard",
+    "Requiem",
+    "Meridian",
+]
 PROFESSIONS = {  # singular -> plural (set questions name them in the plural)
     "architect": "architects",
     "chemist": "chemists",
@@ -65,7 +98,18 @@ PROFESSIONS = {  # singular -> plural (set questions name them in the plural)
     "historian": "historians",
     "sculptor": "sculptors",
 }
-INDUSTRIES = ["shipbuilding", "software", "textiles", "pharmaceuticals", "publishing", "aviation", "mining", "banking", "agriculture", "robotics"]
+INDUSTRIES = [
+    "shipbuilding",
+    "software",
+    "textiles",
+    "pharmaceuticals",
+    "publishing",
+    "aviation",
+    "mining",
+    "banking",
+    "agriculture",
+    "robotics",
+]
 WORK_KINDS = {  # the creator's profession -> what they create
     "novelist": "novel",
     "composer": "symphony",
@@ -133,14 +177,20 @@ class _Names:
 
 def _counts(n_entities: int) -> dict[str, int]:
     """Entities per kind for a knowledge base of about n_entities pages (people take the rest)."""
-    shares = {"countries": (0.025, 2), "cities": (0.1, 3), "awards": (0.025, 2), "companies": (0.16, 3), "works": (0.16, 2)}
+    shares = {
+        "countries": (0.025, 2),
+        "cities": (0.1, 3),
+        "awards": (0.025, 2),
+        "companies": (0.16, 3),
+        "works": (0.16, 2),
+    }
     counts = {kind: max(low, round(n_entities * share)) for kind, (share, low) in shares.items()}
     counts["people"] = max(5, n_entities - sum(counts.values()))
     return counts
 
 
 def _join(names: list[str]) -> str:
-    """"A", "A and B", "A, B and C": how a page lists linked entities."""
+    """ "A", "A and B", "A, B and C": how a page lists linked entities."""
     if len(names) <= 1:
         return "".join(names)
     return ", ".join(names[:-1]) + " and " + names[-1]
@@ -159,7 +209,11 @@ def build_kb(data_seed: int, n_entities: int = 400) -> KnowledgeBase:
 
     for _ in range(counts["countries"]):
         name = names.unique(lambda: names.word((2, 3)) + rng.choice(["ia", "and", "ar", "esh", ""]))
-        kb.countries[name] = {"region": rng.choice(kb.regions), "independence_year": rng.randint(1700, 1990), "cities": []}
+        kb.countries[name] = {
+            "region": rng.choice(kb.regions),
+            "independence_year": rng.randint(1700, 1990),
+            "cities": [],
+        }
     country_names = list(kb.countries)
     for index in range(counts["cities"]):
         name = names.unique(lambda: names.word((2, 2)) + rng.choice(_CITY_ENDINGS))
@@ -178,7 +232,11 @@ def build_kb(data_seed: int, n_entities: int = 400) -> KnowledgeBase:
 
     for _ in range(counts["awards"]):
         name = names.unique(lambda: f"{names.word((2, 3))} {rng.choice(_AWARD_KINDS)}")
-        kb.awards[name] = {"country": rng.choice(country_names), "established_year": rng.randint(1880, 1960), "recipients": []}
+        kb.awards[name] = {
+            "country": rng.choice(country_names),
+            "established_year": rng.randint(1880, 1960),
+            "recipients": [],
+        }
 
     city_names = list(kb.cities)
     for _ in range(counts["people"]):
@@ -214,7 +272,9 @@ def build_kb(data_seed: int, n_entities: int = 400) -> KnowledgeBase:
         if kb.people[person]["employer"] is None and rng.random() < 0.75:
             kb.people[person]["employer"] = rng.choice(company_names)
 
-    given: set[tuple[str, int]] = set()  # (award, year): at most one recipient, so "the recipient of A in Y" is one person
+    given: set[tuple[str, int]] = (
+        set()
+    )  # (award, year): at most one recipient, so "the recipient of A in Y" is one person
     award_names = list(kb.awards)
     for person in people_names:
         if rng.random() >= 0.35:
@@ -235,7 +295,11 @@ def build_kb(data_seed: int, n_entities: int = 400) -> KnowledgeBase:
         creator = rng.choice(creators)
         title = names.unique(lambda: f"{names.word((2, 3))} {rng.choice(_WORK_NOUNS)}")
         kind = WORK_KINDS.get(kb.people[creator]["profession"], "book")
-        kb.works[title] = {"creator": creator, "kind": kind, "year": kb.people[creator]["birth_year"] + rng.randint(22, 60)}
+        kb.works[title] = {
+            "creator": creator,
+            "kind": kind,
+            "year": kb.people[creator]["birth_year"] + rng.randint(22, 60),
+        }
         kb.people[creator]["works"].append(title)
 
     kb.pages = _pages(kb)
@@ -308,39 +372,94 @@ class Candidate:
 def _single(kb: KnowledgeBase) -> Iterable[Candidate]:
     for name, c in kb.companies.items():
         founder = c["founder"]
-        yield Candidate("founder_birth_country", name, f"In which country was the founder of {name} born?",
-                        "business", SINGLE, (kb.birth_country(founder),))
-        yield Candidate("founder_birth_year", name, f"In what year was the person who founded {name} born?",
-                        "people", SINGLE, (str(kb.people[founder]["birth_year"]),))
-        yield Candidate("hq_country_independence", name,
-                        f"In what year did the country where {name} has its headquarters become independent?",
-                        "history", SINGLE, (str(kb.countries[kb.country_of(c["hq"])]["independence_year"]),))
+        yield Candidate(
+            "founder_birth_country",
+            name,
+            f"In which country was the founder of {name} born?",
+            "business",
+            SINGLE,
+            (kb.birth_country(founder),),
+        )
+        yield Candidate(
+            "founder_birth_year",
+            name,
+            f"In what year was the person who founded {name} born?",
+            "people",
+            SINGLE,
+            (str(kb.people[founder]["birth_year"]),),
+        )
+        yield Candidate(
+            "hq_country_independence",
+            name,
+            f"In what year did the country where {name} has its headquarters become independent?",
+            "history",
+            SINGLE,
+            (str(kb.countries[kb.country_of(c["hq"])]["independence_year"]),),
+        )
     for name, p in kb.people.items():
-        yield Candidate("birth_country_capital", name, f"What is the capital of the country where {name} was born?",
-                        "geography", SINGLE, (kb.countries[kb.birth_country(name)]["capital"],))
+        yield Candidate(
+            "birth_country_capital",
+            name,
+            f"What is the capital of the country where {name} was born?",
+            "geography",
+            SINGLE,
+            (kb.countries[kb.birth_country(name)]["capital"],),
+        )
         if p["employer"]:
-            yield Candidate("employer_hq_city", name,
-                            f"In which city is the company that {name} works for headquartered?",
-                            "business", SINGLE, (kb.companies[p["employer"]]["hq"],))
+            yield Candidate(
+                "employer_hq_city",
+                name,
+                f"In which city is the company that {name} works for headquartered?",
+                "business",
+                SINGLE,
+                (kb.companies[p["employer"]]["hq"],),
+            )
     for name, w in kb.works.items():
         creator = kb.people[w["creator"]]
-        yield Candidate("creator_birth_city", name, f"In which city was the creator of {name} born?",
-                        "arts", SINGLE, (creator["birth_city"],))
+        yield Candidate(
+            "creator_birth_city",
+            name,
+            f"In which city was the creator of {name} born?",
+            "arts",
+            SINGLE,
+            (creator["birth_city"],),
+        )
         if creator["employer"]:
-            yield Candidate("creator_employer_industry", name,
-                            f"In which industry does the employer of the person who created {name} work?",
-                            "arts", SINGLE, (kb.companies[creator["employer"]]["industry"],))
+            yield Candidate(
+                "creator_employer_industry",
+                name,
+                f"In which industry does the employer of the person who created {name} work?",
+                "arts",
+                SINGLE,
+                (kb.companies[creator["employer"]]["industry"],),
+            )
     for name, a in kb.awards.items():
-        yield Candidate("award_country_capital", name,
-                        f"What is the capital of the country where the {name} was established?",
-                        "history", SINGLE, (kb.countries[a["country"]]["capital"],))
+        yield Candidate(
+            "award_country_capital",
+            name,
+            f"What is the capital of the country where the {name} was established?",
+            "history",
+            SINGLE,
+            (kb.countries[a["country"]]["capital"],),
+        )
         for person, year in a["recipients"]:
-            yield Candidate("award_year_profession", f"{name}|{year}",
-                            f"What is the profession of the person who received the {name} in {year}?",
-                            "awards", SINGLE, (kb.people[person]["profession"],))
+            yield Candidate(
+                "award_year_profession",
+                f"{name}|{year}",
+                f"What is the profession of the person who received the {name} in {year}?",
+                "awards",
+                SINGLE,
+                (kb.people[person]["profession"],),
+            )
     for name, c in kb.cities.items():
-        yield Candidate("city_region", name, f"In which region is the country that {name} belongs to?",
-                        "geography", SINGLE, (kb.countries[c["country"]]["region"],))
+        yield Candidate(
+            "city_region",
+            name,
+            f"In which region is the country that {name} belongs to?",
+            "geography",
+            SINGLE,
+            (kb.countries[c["country"]]["region"],),
+        )
 
 
 def _sets(kb: KnowledgeBase) -> Iterable[Candidate]:
@@ -348,26 +467,55 @@ def _sets(kb: KnowledgeBase) -> Iterable[Candidate]:
     for city, c in kb.cities.items():
         for country in kb.countries:
             gold = [co for co in c["companies"] if kb.birth_country(kb.companies[co]["founder"]) == country]
-            yield Candidate("city_companies_founder_country", f"{city}|{country}",
-                            f"Which companies headquartered in {city} were founded by people born in {country}? {ask}",
-                            "business", SET, tuple(sorted(gold)))
+            yield Candidate(
+                "city_companies_founder_country",
+                f"{city}|{country}",
+                f"Which companies headquartered in {city} were founded by people born in {country}? {ask}",
+                "business",
+                SET,
+                tuple(sorted(gold)),
+            )
         awarded = [p for p in c["people"] if kb.people[p]["award"]]
-        yield Candidate("city_people_awarded", city,
-                        f"Which people born in {city} have received an award? {ask}", "people", SET, tuple(sorted(awarded)))
+        yield Candidate(
+            "city_people_awarded",
+            city,
+            f"Which people born in {city} have received an award? {ask}",
+            "people",
+            SET,
+            tuple(sorted(awarded)),
+        )
     for country in kb.countries:
         for industry in INDUSTRIES:
-            gold = [co for co, c in kb.companies.items() if c["industry"] == industry and kb.country_of(c["hq"]) == country]
-            yield Candidate("country_industry_companies", f"{country}|{industry}",
-                            f"Which {industry} companies have their headquarters in a city of {country}? {ask}",
-                            "business", SET, tuple(sorted(gold)))
+            gold = [
+                co for co, c in kb.companies.items() if c["industry"] == industry and kb.country_of(c["hq"]) == country
+            ]
+            yield Candidate(
+                "country_industry_companies",
+                f"{country}|{industry}",
+                f"Which {industry} companies have their headquarters in a city of {country}? {ask}",
+                "business",
+                SET,
+                tuple(sorted(gold)),
+            )
         works = [w for w, info in kb.works.items() if kb.birth_country(info["creator"]) == country]
-        yield Candidate("country_works", country,
-                        f"Which works were created by people born in {country}? {ask}", "arts", SET, tuple(sorted(works)))
+        yield Candidate(
+            "country_works",
+            country,
+            f"Which works were created by people born in {country}? {ask}",
+            "arts",
+            SET,
+            tuple(sorted(works)),
+        )
         for award, a in kb.awards.items():
             gold = [p for p, _ in a["recipients"] if kb.birth_country(p) == country]
-            yield Candidate("award_recipients_country", f"{award}|{country}",
-                            f"Which recipients of the {award} were born in {country}? {ask}",
-                            "awards", SET, tuple(sorted(gold)))
+            yield Candidate(
+                "award_recipients_country",
+                f"{award}|{country}",
+                f"Which recipients of the {award} were born in {country}? {ask}",
+                "awards",
+                SET,
+                tuple(sorted(gold)),
+            )
     employees: dict[str, list[str]] = {}
     for person, p in kb.people.items():
         if p["employer"]:
@@ -375,8 +523,14 @@ def _sets(kb: KnowledgeBase) -> Iterable[Candidate]:
     for company in kb.companies:
         for profession, plural in PROFESSIONS.items():
             gold = [p for p in employees.get(company, []) if kb.people[p]["profession"] == profession]
-            yield Candidate("company_profession_employees", f"{company}|{profession}",
-                            f"Which {plural} work for {company}? {ask}", "people", SET, tuple(sorted(gold)))
+            yield Candidate(
+                "company_profession_employees",
+                f"{company}|{profession}",
+                f"Which {plural} work for {company}? {ask}",
+                "people",
+                SET,
+                tuple(sorted(gold)),
+            )
 
 
 def candidates(kb: KnowledgeBase) -> list[Candidate]:
@@ -406,7 +560,9 @@ def question_key(row: dict) -> tuple[str, str]:
     return row["template"], row["anchor"]
 
 
-def questions(kb: KnowledgeBase, seed: int, n: int, *, exclude: Iterable[dict] = (), id_prefix: str = "q") -> list[dict]:
+def questions(
+    kb: KnowledgeBase, seed: int, n: int, *, exclude: Iterable[dict] = (), id_prefix: str = "q"
+) -> list[dict]:
     """`n` questions drawn with `seed`: about SINGLE_FRACTION single-answer, EMPTY_FRACTION
     empty-gold set questions (at least one when n >= 10), the rest set questions with 1 to
     MAX_SET_SIZE gold items; none with the problem text or the (template, anchor) of a row in

@@ -217,7 +217,9 @@ def episode_start(
     max_new_tokens: int = MAX_NEW_TOKENS,
 ) -> Episode:  # fmt: skip
     """A new episode; its first request (`episode.request`) asks for the first step."""
-    episode = Episode(problem, tuple(tools_available), first_prompt(problem, tuple(tools_available)), max_steps, max_new_tokens)
+    episode = Episode(
+        problem, tuple(tools_available), first_prompt(problem, tuple(tools_available)), max_steps, max_new_tokens
+    )
     _generate(episode, max_new_tokens, STOP)
     return episode
 

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rlbench.tasks.deepsearchqa import public
+from rlbench.tasks.parts import PhasedGenerator
 
 KB_FILE = "kb.jsonl"
 SERPAPI_URL = "https://serpapi.com/search"
@@ -32,7 +33,9 @@ class WebSearch:
     Instant Answer API (AbstractText, else the first two RelatedTopics); any error becomes an
     observation "Search error: ...". No open[] on the web."""
 
-    def __init__(self, provider: str, api_key: str | None = None, max_results: int = public.MAX_RESULTS, timeout_s: float = 10.0):
+    def __init__(
+        self, provider: str, api_key: str | None = None, max_results: int = public.MAX_RESULTS, timeout_s: float = 10.0
+    ):
         if provider not in ("serpapi", "duckduckgo"):
             raise ValueError(f"unknown web search provider {provider!r} (serpapi or duckduckgo)")
         self.provider = provider
@@ -53,7 +56,9 @@ class WebSearch:
             data = self._get(DUCKDUCKGO_URL, {"q": query, "format": "json", "no_html": 1})
             if data.get("AbstractText"):
                 return data["AbstractText"]
-            topics = [t.get("Text", "") for t in data.get("RelatedTopics", [])[:2] if isinstance(t, dict) and t.get("Text")]
+            topics = [
+                t.get("Text", "") for t in data.get("RelatedTopics", [])[:2] if isinstance(t, dict) and t.get("Text")
+            ]
             return " | ".join(topics) if topics else public.NO_RESULTS
         except Exception as exc:  # the reference shows the model any failure as an observation
             return f"Search error: {exc}"
@@ -65,7 +70,10 @@ def search_tool(settings: dict, eval_dir: Path):
     search = settings.get("search") or {}
     max_results = int(search.get("max_results") or public.MAX_RESULTS)
     if settings.get("source", "offline") != "hub":
-        return public.SearchTool(public.load_pages(Path(eval_dir) / KB_FILE), max_results=max_results), public.OFFLINE_TOOLS
+        return (
+            public.SearchTool(public.load_pages(Path(eval_dir) / KB_FILE), max_results=max_results),
+            public.OFFLINE_TOOLS,
+        )
     provider = search.get("provider") or "duckduckgo"
     if provider == "offline":
         raise ValueError(
@@ -104,7 +112,9 @@ def play_questions(
     def start() -> None:
         while pending and len(live) < width:
             key = pending.pop(0)
-            live[key] = public.episode_start(problems[key], tools_available, max_steps=max_steps, max_new_tokens=max_new_tokens)
+            live[key] = public.episode_start(
+                problems[key], tools_available, max_steps=max_steps, max_new_tokens=max_new_tokens
+            )
 
     def advance(item):
         key, completion = item
@@ -153,30 +163,13 @@ class SearchRollout:
     def run(self, rows: list[dict], ctx) -> dict:
         environment = self.settings.get("environment") or {}
         generator = ctx.text_generator()
-        phase = ctx.phase
-
-        class Phased:
-            """Tells the caller whose part is running: the model's (generating) or the search
-            tool's (environment, the harness's)."""
-
-            def generate(self, prompts, max_new_tokens, stop):
-                phase("generating")
-                try:
-                    return generator.generate(prompts, max_new_tokens, stop)
-                finally:
-                    phase("environment")
-
-            def release(self, key):
-                release = getattr(generator, "release", None)
-                if release is not None:
-                    release(key)
 
         ctx.phase("environment")
         tool, tools_available = search_tool(self.settings, ctx.eval_dir)
         web = tools_available == public.WEB_TOOLS
         episodes = play_questions(
             {row["id"]: row["problem"] for row in rows},
-            Phased(),
+            PhasedGenerator(generator, ctx.phase),
             tool,
             tools_available=tools_available,
             max_steps=environment.get("max_steps") or public.MAX_STEPS,

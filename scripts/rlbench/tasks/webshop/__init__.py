@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rlbench.jsonio import read_jsonl, write_json, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
+from rlbench.tasks.parts import built_split
 from rlbench.tasks.webshop import public
 from rlbench.tasks.webshop.rollout import PRODUCTS_FILE, RewardScorer, WebShopRollout, hub_url
 
@@ -34,7 +35,17 @@ MANIFEST = "manifest.json"
 DEFAULT_TRAIN_GOALS = 400
 DEFAULT_EVAL_GOALS = 100
 DEFAULT_CATALOGUE = 300
-GOAL_KEYS = ("asin", "category", "query", "name", "product_category", "attributes", "goal_options", "price_upper", "weight")
+GOAL_KEYS = (
+    "asin",
+    "category",
+    "query",
+    "name",
+    "product_category",
+    "attributes",
+    "goal_options",
+    "price_upper",
+    "weight",
+)
 
 DESCRIPTION = """\
 # Task: WebShop (interactive online shopping)
@@ -91,7 +102,9 @@ class WebShop(Task):
     public_module_path = PUBLIC
 
     # -- goals: built by the generate_games rule --------------------------------------------
-    def build_games(self, settings: dict, split: str, out_dir: Path, *, salt: str | None = None, workers: int = 1) -> dict:
+    def build_games(
+        self, settings: dict, split: str, out_dir: Path, *, salt: str | None = None, workers: int = 1
+    ) -> dict:
         """Write the goals of `split` ("train" or "heldout") to out_dir (goals.jsonl, the
         catalogue products.jsonl for the offline source, manifest.json); returns the manifest."""
         if split not in ("train", "heldout"):
@@ -151,7 +164,7 @@ class WebShop(Task):
 
     # -- splits -------------------------------------------------------------------------
     def prepare_train(self, settings: dict, train_dir: Path, *, sources: dict | None = None) -> dict:
-        goals_dir = _goals_source(sources, "train_games")
+        goals_dir = built_split(sources, "train_games", "WebShop")
         train_dir = Path(train_dir)
         train_dir.mkdir(parents=True, exist_ok=True)
         goals = list(read_jsonl(goals_dir / GOALS_FILE))
@@ -159,8 +172,13 @@ class WebShop(Task):
             rows = [{"id": g["id"], "session": g["session"]} for g in goals]
         else:
             rows = [
-                {"id": g["id"], "instruction": g["instruction"], **{k: g[k] for k in GOAL_KEYS},
-                 "expert": g["expert"], "expert_reward": g["expert_reward"]}
+                {
+                    "id": g["id"],
+                    "instruction": g["instruction"],
+                    **{k: g[k] for k in GOAL_KEYS},
+                    "expert": g["expert"],
+                    "expert_reward": g["expert_reward"],
+                }
                 for g in goals
             ]
             shutil.copyfile(goals_dir / PRODUCTS_FILE, train_dir / PRODUCTS_FILE)
@@ -175,7 +193,7 @@ class WebShop(Task):
     def prepare_eval(
         self, settings: dict, train_dir: Path, eval_dir: Path, *, salt: str | None = None, sources: dict | None = None
     ) -> dict:
-        goals_dir = _goals_source(sources, "heldout_games")
+        goals_dir = built_split(sources, "heldout_games", "WebShop")
         eval_dir = Path(eval_dir)
         eval_dir.mkdir(parents=True, exist_ok=True)
         rows = list(read_jsonl(goals_dir / GOALS_FILE))
@@ -233,18 +251,6 @@ class WebShop(Task):
 
 def _is_hub(settings: dict) -> bool:
     return settings.get("source", "offline") == "hub"
-
-
-def _goals_source(sources: dict | None, name: str) -> Path:
-    if not sources or name not in sources:
-        raise ValueError(
-            f"WebShop's splits are built from the generate_games rule's output ({name}); "
-            "run the workflow, or pass sources={'" + name + "': <folder with manifest.json>}"
-        )
-    path = Path(sources[name])
-    if not (path / MANIFEST).is_file():
-        raise FileNotFoundError(f"{path} has no {MANIFEST}: rerun the generate_games rule")
-    return path
 
 
 TASK_CLASS = WebShop

@@ -280,7 +280,9 @@ def generate_catalogue(data_seed: int, n_products: int = 300) -> GeneratedCatalo
     rng = Random(f"webshop-catalogue-{data_seed}")
     taken: set[str] = set()
     titles: set[str] = set()
-    products = [_product(PRODUCT_TYPES[i % len(PRODUCT_TYPES)], rng, _asin(rng, taken), titles) for i in range(n_products)]
+    products = [
+        _product(PRODUCT_TYPES[i % len(PRODUCT_TYPES)], rng, _asin(rng, taken), titles) for i in range(n_products)
+    ]
     rng.shuffle(products)
     asins = [p["asin"] for p in products]
     heldout = set(Random(f"webshop-partition-{data_seed}").sample(asins, max(1, round(HELDOUT_SHARE * len(asins)))))
@@ -299,7 +301,9 @@ def price_bound(price: float, rng: Random) -> float | None:
     return float(max(rng.sample(candidates, 2))) if len(candidates) >= 2 else None
 
 
-def instruction_text(product: dict, attributes: list[str], goal_options: dict, price_upper: float | None, rng: Random) -> str:
+def instruction_text(
+    product: dict, attributes: list[str], goal_options: dict, price_upper: float | None, rng: Random
+) -> str:
     """'i am looking for a long lasting eye shadow palette with color: dark brown, and size:
     mini, and price lower than 40.00 dollars' (one of INSTRUCTION_TEMPLATES; options sorted)."""
     kind = next(k for k in PRODUCT_TYPES if k.query == product["query"] and k.path == product["product_category"])
@@ -339,8 +343,14 @@ def make_goal(product: dict, rng: Random, frequencies: Counter) -> dict:
     }
 
 
-def _draw_goals(catalogue: GeneratedCatalogue, asins: tuple[str, ...], rng: Random, n: int, prefix: str,
-                exclude_instructions: Iterable[str]) -> list[dict]:
+def _draw_goals(
+    catalogue: GeneratedCatalogue,
+    asins: tuple[str, ...],
+    rng: Random,
+    n: int,
+    prefix: str,
+    exclude_instructions: Iterable[str],
+) -> list[dict]:
     """`n` goals with distinct instructions, cycling over the target products in seeded rounds
     (every target gets a goal before any gets a second)."""
     frequencies = attribute_frequencies(catalogue)
@@ -355,7 +365,9 @@ def _draw_goals(catalogue: GeneratedCatalogue, asins: tuple[str, ...], rng: Rand
             goals.append({"id": f"{prefix}-{len(goals):05d}", **goal})
             if len(goals) == n:
                 return goals
-    raise ValueError(f"only {len(goals)} distinct {prefix} goals fit in a catalogue of {len(catalogue.products)} products; ask for fewer")
+    raise ValueError(
+        f"only {len(goals)} distinct {prefix} goals fit in a catalogue of {len(catalogue.products)} products; ask for fewer"
+    )
 
 
 def training_goals(catalogue: GeneratedCatalogue, data_seed: int, n: int) -> list[dict]:
@@ -363,7 +375,9 @@ def training_goals(catalogue: GeneratedCatalogue, data_seed: int, n: int) -> lis
     return _draw_goals(catalogue, catalogue.train_asins, Random(f"webshop-train-goals-{data_seed}"), n, "train", set())
 
 
-def heldout_goals(catalogue: GeneratedCatalogue, seed: int, n: int, exclude_instructions: Iterable[str] = ()) -> list[dict]:
+def heldout_goals(
+    catalogue: GeneratedCatalogue, seed: int, n: int, exclude_instructions: Iterable[str] = ()
+) -> list[dict]:
     """`n` goals on held-out targets, drawn with `seed` (the salted seed), none with an
     instruction text in `exclude_instructions` (the training goals')."""
     return _draw_goals(catalogue, catalogue.heldout_asins, Random(seed), n, "heldout", set(exclude_instructions))

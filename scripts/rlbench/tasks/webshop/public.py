@@ -99,7 +99,9 @@ def prepare_product(record: dict) -> dict:
     BulletPoints, pricing (1-2 floats), Price (display), options (name -> values), Attributes,
     Reviews, Rating, and `price` (the reward's price)."""
     bullets = record.get("small_description") or []
-    pricing = [float(x.replace(",", "")) for x in re.findall(r"\$\s*([\d,]+(?:\.\d+)?)", str(record.get("pricing") or ""))]
+    pricing = [
+        float(x.replace(",", "")) for x in re.findall(r"\$\s*([\d,]+(?:\.\d+)?)", str(record.get("pricing") or ""))
+    ]
     pricing = pricing[:2] or [100.0]
     options = {
         name.lower().strip(): [str(entry["value"]).lower().strip().replace("/", " | ") for entry in values]
@@ -208,7 +210,9 @@ def get_type_reward(purchased: dict, goal: dict) -> dict:
     """The product-type factor: 1 when the bought product is of the goal's type; 0.5 when no
     query, category or title evidence says so; 0.1 / 0 when the titles share few / no nouns."""
     query_match = purchased.get("query", "") == goal.get("query", "")
-    category_match = len(_category_path(purchased.get("product_category")) & _category_path(goal.get("product_category"))) >= 2
+    category_match = (
+        len(_category_path(purchased.get("product_category")) & _category_path(goal.get("product_category"))) >= 2
+    )
     desired = title_nouns(goal["name"])
     title_score = len(title_nouns(purchased["name"]) & desired) / len(desired) if desired else 0.2
     r_type = 1.0
@@ -229,7 +233,9 @@ def get_attribute_reward(purchased: dict, goal_attributes: list[str]) -> tuple[f
     texts = (purchased["Title"].lower(), " ".join(purchased["BulletPoints"]).lower(), purchased["Description"].lower())
     matches = 0
     for wanted in goal_attributes:
-        if any(fuzz.token_set_ratio(have, wanted) > 85 for have in purchased["Attributes"]) or any(wanted in t for t in texts):
+        if any(fuzz.token_set_ratio(have, wanted) > 85 for have in purchased["Attributes"]) or any(
+            wanted in t for t in texts
+        ):
             matches += 1
     return (matches / len(goal_attributes) if goal_attributes else None), matches
 
@@ -311,14 +317,24 @@ def item_page(instruction: str, product: dict) -> str:
 
 
 def sub_page(instruction: str, product: dict, name: str) -> str:
-    content = {"Description": [product["Description"]], "Features": product["BulletPoints"], "Reviews": product["Reviews"]}[name]
+    content = {
+        "Description": [product["Description"]],
+        "Features": product["BulletPoints"],
+        "Reviews": product["Reviews"],
+    }[name]
     return SEP.join([*_instruction_nodes(instruction), "Back to Search", "< Prev", *[c for c in content if c.strip()]])
 
 
 def done_page(session: str, purchased: dict, options: dict, goal: dict, reward: float) -> str:
     nodes = ["Thank you for shopping with us!", "Your code:", session, "Purchased", "asin", purchased["asin"]]
     nodes += ["options", json.dumps(options, sort_keys=True), "attrs", json.dumps(purchased["Attributes"])]
-    nodes += ["Target", "asin", goal.get("asin", ""), "options", json.dumps(goal.get("goal_options") or {}, sort_keys=True)]
+    nodes += [
+        "Target",
+        "asin",
+        goal.get("asin", ""),
+        "options",
+        json.dumps(goal.get("goal_options") or {}, sort_keys=True),
+    ]
     nodes += ["attrs", json.dumps(goal.get("attributes") or []), "price upper", f"{goal['price_upper']:.2f}"]
     nodes += ["Your score (min 0.0, max 1.0)", str(reward)]
     return SEP.join(nodes)
@@ -381,7 +397,10 @@ class WebShopEnv:
             return {"has_search_bar": True, "clickables": ["search"]}
         if self.page == "results":
             buttons = [BACK_TO_SEARCH] + ([PREV] if self.page_num > 1 else []) + [NEXT]
-            return {"has_search_bar": False, "clickables": buttons + [a.lower() for a in _page_hits(self.hits, self.page_num)]}
+            return {
+                "has_search_bar": False,
+                "clickables": buttons + [a.lower() for a in _page_hits(self.hits, self.page_num)],
+            }
         if self.page == "item":
             values = [v for values in self._product["options"].values() for v in values]
             buttons = [BACK_TO_SEARCH, PREV, *(s.lower() for s in SUB_PAGES), BUY_NOW]
@@ -448,7 +467,12 @@ class WebShopEnv:
         reward, info = get_reward(product, self.goal, product["price"], self.options)
         self.page, self.done = "done", True
         self.observation = done_page(str(self.goal.get("id", "")), product, dict(self.options), self.goal, reward)
-        return self.observation, reward, True, {"valid": True, "reward_info": info, "asin": product["asin"], "options": dict(self.options)}
+        return (
+            self.observation,
+            reward,
+            True,
+            {"valid": True, "reward_info": info, "asin": product["asin"], "options": dict(self.options)},
+        )
 
 
 # -- the evaluation protocol -------------------------------------------------------------------
@@ -553,7 +577,11 @@ class _PageParser(HTMLParser):
         if attrs.get("id") == "instruction-text":
             self._instruction_depth, self.instruction_parts = len(self._stack), []
         if "btn" in classes:
-            target = {"method": "get", "url": attrs["href"]} if attrs.get("href") else (self._forms[-1] if self._forms else {})
+            target = (
+                {"method": "get", "url": attrs["href"]}
+                if attrs.get("href")
+                else (self._forms[-1] if self._forms else {})
+            )
             self._capture.append(["button", [], target, len(self._stack)])
         elif tag == "a" and "product-link" in classes:
             self._capture.append(["product", [], attrs.get("href", ""), len(self._stack)])
@@ -655,7 +683,10 @@ class HubWebShopEnv:
         return self.page.get("instruction", "")
 
     def available_actions(self) -> dict:
-        return {"has_search_bar": self.page.get("has_search_bar", False), "clickables": list(self.page.get("clickables", []))}
+        return {
+            "has_search_bar": self.page.get("has_search_bar", False),
+            "clickables": list(self.page.get("clickables", [])),
+        }
 
     def step(self, action: str) -> tuple[str, float, bool, dict]:
         name, arg = parse_action(action)

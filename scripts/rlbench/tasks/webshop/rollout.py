@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rlbench.tasks.parts import PhasedGenerator
 from rlbench.tasks.webshop import public
 
 PRODUCTS_FILE = "products.jsonl"
@@ -139,33 +140,13 @@ class WebShopRollout:
         max_live = environment.get("max_live") or ctx.evaluation.get("batch_size") or len(rows)
         generator = ctx.text_generator()
         timings: dict = {}
-        phase = ctx.phase
-
-        class Phased:
-            """Tells the caller whose part is running: the model's (generating) or the
-            environment's (the harness's)."""
-
-            def generate(self, prompts, max_new_tokens, stop):
-                phase("generating")
-                try:
-                    return generator.generate(prompts, max_new_tokens, stop)
-                finally:
-                    phase("environment")
-
-            def chat_prompt(self, messages):
-                return generator.chat_prompt(messages)
-
-            def release(self, key):
-                release = getattr(generator, "release", None)
-                if release is not None:
-                    release(key)
 
         ctx.phase("environment")
         goals, make_env = self._envs(rows, ctx.eval_dir)
         episodes = play_episodes(
             goals,
             make_env,
-            Phased(),
+            PhasedGenerator(generator, ctx.phase),
             max_steps=environment.get("max_steps") or public.MAX_STEPS,
             max_new_tokens=self.settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,
             max_live=max_live,
