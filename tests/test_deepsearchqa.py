@@ -7,6 +7,7 @@ stand in for an LLM judge. The held-out questions never reach a workspace."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -485,3 +486,36 @@ def test_web_search_reads_serpapi_and_duckduckgo_answers_as_the_reference(monkey
     with pytest.raises(ValueError, match="serpapi or duckduckgo"):
         search_tool(settings(source="hub", search={"provider": "offline"}), Path("."))
     assert search_tool(settings(source="hub"), Path("."))[1] == public.WEB_TOOLS
+
+
+def test_a_local_llm_judge_grades_through_the_judge_layer_and_its_cache(splits, tiny_model, tmp_path):
+    """The offline LLM path: the tiny model reads both grading prompts (through Judge.ask, cached),
+    its answers are parsed by the task's rules, and a rerun asks it nothing."""
+    rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))[:6]
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    (eval_dir / "eval.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (eval_dir / "kb.jsonl").write_bytes((splits["eval"] / "kb.jsonl").read_bytes())
+    judge = {"backend": "local", "model": "tiny", "max_tokens": 8, "batch_size": 6}
+    resources = {"judge_model_dir": tiny_model, "judgment_cache": tmp_path / "judgments"}
+
+    def run():
+        ctx = EvalContext(settings(eval_size=6, judge=judge), model_dir=None, eval_dir=eval_dir,
+                          backend=OraclePolicy(rows), resources=resources)  # fmt: skip
+        try:
+            return splits["task"].evaluate(ctx), ctx.judge().stats
+        finally:
+            ctx.close()
+
+    first, stats = run()
+    assert first.n == 6 and first.metrics["judge_backend"] == "local"
+    assert stats.judged == 12 and stats.cache_hits == 0  # 6 verdicts + 6 official gradings
+    # Whatever the tiny judge wrote, each question got a verdict: its own reading, or the fallback.
+    # The tiny judge never writes "correct": the reference's rule reads that as incorrect (no
+    # fallback); it never writes the rubric's JSON: each official grading is unparsable, counted,
+    # and decided by the string rules instead (which credit the oracle in full).
+    assert first.score == 0.0 and first.metrics["judge_fallbacks"] == 0
+    assert first.metrics["official_fallbacks"] == 6 and first.metrics["judge_failures_by_kind"] == {"unparsable": 6}
+    assert first.metrics["official_f1"] == 100.0
+    again, stats = run()
+    assert stats.judged == 0 and stats.cache_hits == 12 and again.metrics == first.metrics
