@@ -73,8 +73,8 @@ acts as a research assistant, looks facts up with a search tool, step by step, a
   (set answers need every gold item; extra items are not penalised). Reported beside it: the official
   DeepSearchQA grading (per-item precision, recall and F1, which do penalise extra items; fully
   correct / fully incorrect rates), accuracy per answer type, mean searches.
-- The judge is noisy: the base model is evaluated {repeats} times and the spread is reported with
-  every improvement.
+- An LLM judge is noisy (the paper saw about ±3 points): the base model is evaluated {repeats}
+  times and the spread is reported with every improvement.
 """
 
 OFFLINE_TOOL_DESC = """\
