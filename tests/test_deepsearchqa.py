@@ -509,7 +509,10 @@ def test_a_local_llm_judge_grades_through_the_judge_layer_and_its_cache(splits, 
 
     first, stats = run()
     assert first.n == 6 and first.metrics["judge_backend"] == "local"
-    assert stats.judged == 12 and stats.cache_hits == 0  # 6 verdicts + 6 official gradings
+    # 6 official gradings (each quotes its question) + the distinct verdict prompts: the yes/no
+    # prompt shows no question, so two questions with the same gold answer ask it once.
+    verdict_prompts = len({(row["answer_type"], row["answer"]) for row in rows})
+    assert stats.judged == 6 + verdict_prompts and stats.cache_hits == 0
     # Whatever the tiny judge wrote, each question got a verdict: its own reading, or the fallback.
     # The tiny judge never writes "correct": the reference's rule reads that as incorrect (no
     # fallback); it never writes the rubric's JSON: each official grading is unparsable, counted,
