@@ -31,3 +31,18 @@ def test_leaderboard_rounds_and_leaves_missing_scores_blank(tmp_path):
     assert tuple(csv.DictReader(open(out)).fieldnames) == LEADERBOARD_COLUMNS
     assert rows["sft"]["baseline"] == "12.3" and rows["sft"]["delta"] == "7.7"
     assert rows["grpo"]["best"] == "" and rows["grpo"]["delta"] == "" and rows["grpo"]["status"] == "timeout"
+
+
+def test_leaderboard_flags_deltas_inside_the_grader_noise_band(tmp_path):
+    paths = []
+    # deltas 0.3 (band 0.5: inside), 7.7 (band 0.5: outside), 0.3 with no band recorded (blank).
+    for agent, best, noise in (("inside", 12.6456, {"band": 0.5}), ("outside", 20.0, {"band": 0.5}), ("unknown", 12.6456, None)):
+        paths.append(tmp_path / f"{agent}.json")
+        write_json(paths[-1], summary(agent, best) | {"grader_noise": noise})
+    out = tmp_path / "leaderboard.csv"
+    write_leaderboard(paths, out)
+    rows = {row["agent"]: row for row in csv.DictReader(open(out))}
+    assert LEADERBOARD_COLUMNS.index("within_noise") == LEADERBOARD_COLUMNS.index("grader_noise") + 1
+    assert rows["inside"]["within_noise"] == "yes" and rows["inside"]["grader_noise"] == "0.5"
+    assert rows["outside"]["within_noise"] == "no"
+    assert rows["unknown"]["within_noise"] == "" and rows["unknown"]["grader_noise"] == ""
