@@ -1,10 +1,14 @@
-"""Rule summarize_run: process metrics (summary.json) and the per-iteration report (summary.md, summary.jsonl).
+"""Rule summarize_run: process metrics (summary.json), the per-iteration report (summary.md,
+summary.jsonl) and the reference's per-run reports/ (metrics.json, figures/score_trajectory.png/.svg).
 
 summary.json["metrics"] holds the paper's ten process metrics only (the reference's definitions);
 summary.json["metrics_extra"] holds ours, and so do "mode" (the agent's operating mode, from
 workspace.json) and "mode_audit" (the mode judged against the training methods of the recorded
-code revisions, rlbench.modes). The ledger, the code revisions and snapshots (grader/) and
-run_meta.json (workspace/) are read beside run.json.
+code revisions, rlbench.modes), the run overview (budget, duration, timeline, routes used...) and
+"interactive_failure" (L3 runs). The ledger, the code revisions and snapshots (grader/) and
+run_meta.json (workspace/) are read beside run.json. The optional LLM narrative
+(params.narrative, off by default) is asked through the judge backend, cached under
+params.narrative_cache; a local judge's model comes as input.judge_model.
 """
 
 import json
@@ -15,6 +19,8 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.diagnostics import jsonl_record, summarize, summary_markdown
 from rlbench.jsonio import read_json, write_json
+from rlbench.narrative import add_narrative
+from rlbench.run_report import plot_score_trajectory, write_metrics_json
 
 run_json = Path(snakemake.input.run)
 artifacts = read_json(Path(snakemake.input.artifacts))
@@ -27,10 +33,24 @@ summary, records = summarize(
     base_model=artifacts.get("base_model"),
     mode=read_json(Path(snakemake.input.manifest)).get("mode"),
 )
+judge_model = snakemake.input.get("judge_model")
+add_narrative(
+    summary,
+    records,
+    snakemake.params.narrative,
+    Path(snakemake.params.narrative_cache),
+    model_dir=Path(judge_model) if judge_model else None,
+)
 write_json(Path(snakemake.output.summary), summary)
 # Field order kept: the reference's fields first, as its summary.jsonl lists them.
 Path(snakemake.output.iterations).write_text("".join(json.dumps(jsonl_record(r)) + "\n" for r in records))
 Path(snakemake.output.markdown).write_text(summary_markdown(summary, records))
+write_metrics_json(Path(snakemake.output.metrics), summary)
+plot_score_trajectory(summary, Path(snakemake.output.trajectory_png), Path(snakemake.output.trajectory_svg))
 print(f"{len(records)} iterations, route {summary['route']}, failure type {summary['failure_type']}", file=sys.stderr)
+if summary["interactive_failure"]:
+    print(f"interactive failure: {summary['interactive_failure']['type']}", file=sys.stderr)
+if summary["narrative"]:
+    print(f"narrative by {summary['narrative']['model']} (cached: {summary['narrative']['cached']})", file=sys.stderr)
 if summary["mode_audit"]["violation"]:
     print(f"mode {summary['mode']}: violation: {summary['mode_audit']['violations']}", file=sys.stderr)

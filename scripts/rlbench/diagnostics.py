@@ -16,6 +16,7 @@ exit_code, score, improvement, train_type, failure_type; our extra fields use ot
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
@@ -84,7 +85,7 @@ _CONFIG_ASSIGN = re.compile(r"(?<![\w.])(" + "|".join(CONFIG_KEYS) + r")[\"']?\s
 # The reference's iteration status values (skill.md: 成功 / 失败).
 SUCCESS, FAILED = "success", "failed"
 # summary.jsonl leaves out our long-text fields (the reference keeps it to quantifiable fields).
-JSONL_OMITTED = ("error", "key_config")
+JSONL_OMITTED = ("error", "key_config", "key_code_lines", "snippet", "code_diff", "diff_against")
 # collect_artifacts: the model versions under output/ (directories holding a checkpoint), found
 # without following a link: at most this many, in a walk of at most this many entries, and the
 # bytes read to fingerprint them all (beyond: listed with sizes, fingerprint null).
@@ -471,6 +472,427 @@ def jsonl_record(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in JSONL_OMITTED}
 
 
+# -- iteration stories (summary.md: what was done, why, key code lines, snippet, diff) ------------
+#: The unified diff shown per iteration is cut after this many lines.
+DIFF_MAX_LINES = 200
+#: At most this many key code lines per iteration, each cut to KEY_LINE_MAX_CHARS.
+KEY_LINES_MAX = 8
+KEY_LINE_MAX_CHARS = 160
+#: The snippet around the main training call: this many lines before it and after it.
+SNIPPET_BEFORE, SNIPPET_AFTER = 7, 8
+# A training call: `trainer.train(...)` (the main one), else a trainer's construction.
+_TRAIN_CALL = re.compile(r"\.train\s*\(")
+_TRAINER_CONSTRUCTION = re.compile(r"\b\w*Trainer\s*\(")
+
+
+def code_texts(code_dir: Path | None, suffixes: set[str] = CODE_SUFFIXES) -> dict[str, str]:
+    """{relative path: text} of the code files under code_dir (a grader snapshot: link-free),
+    files over MAX_SCAN_BYTES left out; {} when there is no directory."""
+    texts = {}
+    for path in _code_files(code_dir, suffixes):
+        if path.stat().st_size <= MAX_SCAN_BYTES:
+            texts[path.relative_to(code_dir).as_posix()] = path.read_text(errors="replace")
+    return texts
+
+
+def _code_line(text: str) -> str:
+    line = text.strip()
+    return line if len(line) <= KEY_LINE_MAX_CHARS else line[: KEY_LINE_MAX_CHARS - 3] + "..."
+
+
+def key_code_lines(texts: dict[str, str], limit: int = KEY_LINES_MAX) -> list[str]:
+    """"file:line: code" for the lines that show the training: a METHOD_PATTERNS match, a
+    trainer's construction or `.train(` call, a CONFIG_KEYS assignment; full-line comments
+    skipped; the first `limit` in file order (route files only)."""
+    found = []
+    for name, text in texts.items():
+        if Path(name).suffix not in ROUTE_SUFFIXES:
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if (
+                any(p.search(line) for p in METHOD_PATTERNS.values())
+                or _TRAINER_CONSTRUCTION.search(line)
+                or _TRAIN_CALL.search(line)
+                or _CONFIG_ASSIGN.search(line)
+            ):
+                found.append(f"{name}:{number}: {_code_line(line)}")
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def training_snippet(texts: dict[str, str]) -> dict | None:
+    """The lines around the main training call: the first `.train(` call of a Python file, else
+    the first trainer construction, else the first METHOD_PATTERNS match; {"file", "line" (of
+    the call), "start" (first line shown), "text"}; None when the code shows no training."""
+    python = {name: text for name, text in texts.items() if name.endswith(".py")}
+    for pattern in (_TRAIN_CALL, _TRAINER_CONSTRUCTION, *METHOD_PATTERNS.values()):
+        for name, text in python.items():
+            lines = text.splitlines()
+            for index, line in enumerate(lines):
+                if line.lstrip().startswith("#") or not pattern.search(line):
+                    continue
+                start = max(0, index - SNIPPET_BEFORE)
+                shown = lines[start : index + SNIPPET_AFTER + 1]
+                return {"file": name, "line": index + 1, "start": start + 1, "text": "\n".join(shown)}
+    return None
+
+
+def code_diff(old: dict[str, str], new: dict[str, str], old_label: str, new_label: str) -> str:
+    """The unified diff (difflib) from one code snapshot to another, file by file in path order,
+    cut after DIFF_MAX_LINES lines (a last line says how many were left out); "" when equal."""
+    lines: list[str] = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        lines += difflib.unified_diff(
+            (a or "").splitlines(),
+            (b or "").splitlines(),
+            fromfile=f"{old_label}/{name}" if a is not None else "/dev/null",
+            tofile=f"{new_label}/{name}" if b is not None else "/dev/null",
+            lineterm="",
+        )
+    if len(lines) > DIFF_MAX_LINES:
+        lines = lines[:DIFF_MAX_LINES] + [f"... ({len(lines) - DIFF_MAX_LINES} more diff lines not shown)"]
+    return "\n".join(lines)
+
+
+def _names(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def what_was_done(record: dict, previous: dict | None, old: dict[str, str] | None, new: dict[str, str] | None) -> str:
+    """The iteration's changes, from its code snapshot against the previous one's (`previous`:
+    the latest earlier iteration with a snapshot): files added / changed / removed, the training
+    type's change, the key configuration's changes ("learning_rate 1e-5 -> 5e-6")."""
+    if new is None:
+        return f"submitted {record.get('model_path')} (no code snapshot recorded)"
+    parts = []
+    if previous is None or old is None:
+        parts.append(f"first recorded code: {len(new)} file(s) ({_names(sorted(new))})" if new else "no code files")
+        parts.append(f"training type {record['train_type']}")
+        config = record.get("key_config") or {}
+        if config:
+            parts.append("configuration " + ", ".join(f"{k}={v}" for k, v in config.items()))
+        return "; ".join(parts)
+    added = sorted(set(new) - set(old))
+    removed = sorted(set(old) - set(new))
+    changed = sorted(n for n in set(old) & set(new) if old[n] != new[n])
+    if added:
+        parts.append(f"added {_names(added)}")
+    if changed:
+        parts.append(f"changed {_names(changed)}")
+    if removed:
+        parts.append(f"removed {_names(removed)}")
+    if not (added or changed or removed):
+        parts.append(f"no code change since iteration {previous['iteration']}")
+    if previous["train_type"] != record["train_type"]:
+        parts.append(f"training type {previous['train_type']} -> {record['train_type']}")
+    before, after = previous.get("key_config") or {}, record.get("key_config") or {}
+    moves = []
+    for key in CONFIG_KEYS:
+        if before.get(key) != after.get(key):
+            moves.append(f"{key} {before.get(key, 'unset')} -> {after.get(key, 'unset')}")
+    if moves:
+        parts.append("configuration " + ", ".join(moves))
+    return "; ".join(parts)
+
+
+def why(record: dict, previous: dict | None) -> str:
+    """The evidence from the previous iteration that the next one answers: its score and
+    improvement (or that it was not evaluated), its failure type, its error's first line."""
+    if previous is None:
+        return "first submission"
+    if previous["status"] == SUCCESS:
+        evidence = (
+            f"iteration {previous['iteration']} scored {_fmt(previous['score'])} "
+            f"(improvement {_fmt(previous['improvement'], True)}, best so far {_fmt(previous['best_so_far'])})"
+        )
+    else:
+        evidence = f"iteration {previous['iteration']} was not evaluated (grader: {previous['grader_status']})"
+    if previous["failure_type"]:
+        evidence += f"; its failure type: {previous['failure_type']}"
+    if str(previous.get("error") or "").strip():
+        evidence += f"; its error: {_first_line(str(previous['error']).strip().splitlines()[0], 200)}"
+    return evidence
+
+
+def add_iteration_stories(grader_dir: Path, records: list[dict]) -> None:
+    """Give each record what summary.md shows beside its numbers: what_was_done, why,
+    key_code_lines, snippet, code_diff (unified diff against diff_against, the latest earlier
+    iteration with a code snapshot, or None). Deterministic: read from the grader's snapshots."""
+    previous_code: tuple[dict, dict[str, str]] | None = None
+    for index, record in enumerate(records):
+        code_dir = snapshot_code_dir(grader_dir, record)
+        texts = code_texts(code_dir) if code_dir is not None else None
+        earlier, old = previous_code if previous_code else (None, None)
+        record["what_was_done"] = what_was_done(record, earlier, old, texts)
+        record["why"] = why(record, records[index - 1] if index else None)
+        record["key_code_lines"] = key_code_lines(texts or {})
+        record["snippet"] = training_snippet(texts or {})
+        record["diff_against"] = earlier["iteration"] if earlier is not None and texts is not None else None
+        record["code_diff"] = (
+            code_diff(old, texts, f"iteration-{earlier['iteration']}", f"iteration-{record['iteration']}")
+            if record["diff_against"] is not None
+            else ""
+        )
+        if texts is not None:
+            previous_code = (record, texts)
+
+
+# -- interactive (L3) failure types ---------------------------------------------------------------
+ROLLOUT_CONSTRUCTION, REWARD_DATA_DESIGN = "rollout_construction_failure", "reward_data_design_failure"
+TRAINING_COLLAPSE, EARLY_CODING = "training_collapse", "early_coding_failure"
+STATIC_SHORTCUT = "static_shortcut_without_transfer"
+INTERACTIVE_FAILURE_TYPES = (ROLLOUT_CONSTRUCTION, REWARD_DATA_DESIGN, TRAINING_COLLAPSE, EARLY_CODING, STATIC_SHORTCUT)
+#: Routes that train on a fixed dataset, never on the policy's own interaction with the environment.
+STATIC_ROUTES = frozenset({SFT_ONLY, DPO})
+#: Code that builds rollouts by acting in the environment: env.step / env.reset, an environment
+#: class's construction (WebShopEnv, gym.make), or a request to an environment server.
+ENV_CALL = re.compile(
+    r"(?i:\b\w*env\w*\s*\.\s*(?:step|reset)\s*\()"
+    r"|\b\w*Env\s*\("
+    r"|\bgym(?:nasium)?\s*\.\s*make\s*\("
+    r"|\b(?:requests|httpx|aiohttp|session|client)\s*\.\s*(?:get|post|request)\s*\("
+)
+_ERROR_LINE = re.compile(r"Traceback|\w*(?:Error|Exception)\b|(?i:\bfailed\b|\bexit code\b|\bnan\b)")
+_NAMES_ROLLOUT = re.compile(r"(?i)rollout|environment|\benv\b|\benv\.|\w+_env\b|env_server|env_url")
+_NAMES_REWARD = re.compile(r"(?i)reward")
+_REWARD_STD = re.compile(r"[\"']?reward_std[\"']?\s*[:=]\s*(-?[0-9][0-9.eE+-]*)")
+_REWARD_DEF = re.compile(r"^(\s*)def\s+(\w*reward\w*)\s*\(", re.M | re.I)
+_CONSTANT_RETURN = re.compile(
+    r"^\s*return\s+(?:\[\s*)?(-?\d+(?:\.\d*)?(?:e-?\d+)?)\s*"
+    r"(?:\]\s*\*\s*len\s*\(.*\)|for\s+.*\]|\])?\s*$"
+)
+#: The agent's log files read for evidence (the tail of each, without following a link).
+LOG_TAIL_BYTES = 4 << 20
+EVIDENCE_MAX = 6
+
+
+def _read_log_tail(path: Path) -> str:
+    """The last LOG_TAIL_BYTES of a regular file, opened without following a link; "" otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return ""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return ""
+        os.lseek(fd, max(0, info.st_size - LOG_TAIL_BYTES), os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+def agent_log_lines(run_dir: Path) -> list[tuple[str, int, str]]:
+    """(log name, line number in the part read, line) of the agent's logs: workspace/agent.log,
+    then run_dir/logs/*.log in name order."""
+    run_dir = Path(run_dir)
+    paths = [run_dir / "workspace" / "agent.log"]
+    logs = run_dir / "logs"
+    if logs.is_dir() and not logs.is_symlink():
+        paths += sorted(p for p in logs.glob("*.log"))
+    lines = []
+    for path in paths:
+        name = path.relative_to(run_dir).as_posix()
+        for number, line in enumerate(_read_log_tail(path).splitlines(), start=1):
+            lines.append((name, number, line))
+    return lines
+
+
+def constant_reward_functions(texts: dict[str, str]) -> list[str]:
+    """"file:line: def name" of each Python reward function (a def whose name holds "reward")
+    whose every return gives one and the same numeric constant (or a list of it)."""
+    found = []
+    for name, text in texts.items():
+        if not name.endswith(".py"):
+            continue
+        lines = text.splitlines()
+        for match in _REWARD_DEF.finditer(text):
+            indent = len(match.group(1))
+            first = text.count("\n", 0, match.start())
+            values = set()
+            other_return = False
+            for line in lines[first + 1 :]:
+                if line.strip() and len(line) - len(line.lstrip()) <= indent:
+                    break
+                if re.match(r"\s*return\b", line):
+                    constant = _CONSTANT_RETURN.match(line)
+                    if constant:
+                        values.add(float(constant.group(1)))
+                    else:
+                        other_return = True
+            if len(values) == 1 and not other_return:
+                found.append(f"{name}:{first + 1}: {_code_line(lines[first])} returns only {values.pop():g}")
+    return found
+
+
+def _quote(line: str, limit: int = 200) -> str:
+    return _first_line(line, limit)
+
+
+def interactive_failure(
+    run_dir: Path,
+    run: dict,
+    records: list[dict],
+    level: str | None,
+    baseline_score: float | None,
+    run_failure: str | None,
+) -> dict | None:
+    """The interactive-task failure type of an L3 run that did not improve (SPEC §4), with the
+    evidence that decided it; None for other levels and for runs that improved (run_failure None).
+
+    Code: the latest recorded snapshot, else the final workspace code/ (read through the grader's
+    link-free copy). Online RL: an iteration's train type in ONLINE_RL_ROUTES (or, with no such
+    iteration, the code's route). In this order:
+
+    1. rollout_construction_failure: an online-RL route whose code never calls the environment
+       (ENV_CALL), or whose errors (grader errors, agent log) name the rollout or environment;
+    2. reward_data_design_failure: errors naming the reward, a reward function that returns a
+       constant, a training log whose reward_std is always 0, or GRPO code without any reward;
+    3. early_coding_failure: nothing evaluated (no submission, only failed ones, or only the base
+       model resubmitted);
+    4. training_collapse: every evaluated trained submission below the baseline;
+    5. static_shortcut_without_transfer: a static-dataset route (SFT-only, DPO) at or under the baseline;
+    6. otherwise: an online route that acted in the environment and gained nothing
+       (reward_data_design_failure: no learning signal), else static_shortcut_without_transfer."""
+    if level not in INTERACTIVE_LEVELS or run_failure is None:
+        return None
+    run_dir = Path(run_dir)
+    grader = run_dir / "grader"
+    code_dir, code_label = None, None
+    for record in reversed(records):
+        code_dir = snapshot_code_dir(grader, record)
+        if code_dir is not None:
+            code_label = f"snapshot of iteration {record['iteration']}"
+            break
+    with tempfile.TemporaryDirectory(prefix="rlbench-l3-code-") as tmp:
+        if code_dir is None and (run_dir / "workspace" / "code").is_dir():
+            snapshot_code(run_dir / "workspace", Path(tmp) / "code")
+            code_dir, code_label = Path(tmp) / "code", "final code/"
+        texts = code_texts(code_dir, ROUTE_SUFFIXES) if code_dir is not None else {}
+        code_route = detect_route(code_dir) if code_dir is not None else None
+    code_lines = [
+        (name, number, line)
+        for name, text in texts.items()
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    routes = [r["train_type"] for r in records]
+    online = next((r for r in routes if r in ONLINE_RL_ROUTES), None) or (
+        code_route if code_route in ONLINE_RL_ROUTES else None
+    )
+    errors = [
+        (f"iteration {r['iteration']} grader error", _quote(str(r["error"]).strip().splitlines()[0]))
+        for r in records
+        if r.get("error") and str(r["error"]).strip()
+    ]
+    log_errors = [
+        (f"{name}:{number}", _quote(line))
+        for name, number, line in agent_log_lines(run_dir)
+        if _ERROR_LINE.search(line)
+    ]
+    all_errors = errors + log_errors
+
+    def cite(items: list[tuple[str, str]]) -> list[str]:
+        return [f"{where}: {text}" for where, text in items[:EVIDENCE_MAX]]
+
+    def result(kind: str, evidence: list[str]) -> dict:
+        return {"type": kind, "evidence": evidence[:EVIDENCE_MAX]}
+
+    # 1. rollouts
+    if online and texts:
+        env_calls = [(n, i, l) for n, i, l in code_lines if ENV_CALL.search(l)]
+        if not env_calls:
+            return result(
+                ROLLOUT_CONSTRUCTION,
+                [
+                    f"route {online}: online RL builds rollouts of the policy in the environment",
+                    f"{code_label}: no environment call (env.step/reset, an *Env(...), a request to the "
+                    f"environment server) in {len(texts)} file(s): {_names(sorted(texts))}",
+                ],
+            )
+    rollout_errors = [(w, t) for w, t in all_errors if _NAMES_ROLLOUT.search(t)]
+    if online and rollout_errors:
+        return result(ROLLOUT_CONSTRUCTION, [f"route {online}"] + cite(rollout_errors))
+    # 2. rewards and data
+    reward_evidence = cite([(w, t) for w, t in all_errors if _NAMES_REWARD.search(t)])
+    reward_evidence += [f"{code_label}: {line}" for line in constant_reward_functions(texts)]
+    stds = [
+        (name, number, line, float(m.group(1)))
+        for name, number, line in agent_log_lines(run_dir)
+        for m in [_REWARD_STD.search(line)]
+        if m and re.fullmatch(r"-?[0-9.]+(?:[eE][+-]?[0-9]+)?", m.group(1))
+    ]
+    if stds and all(value == 0 for *_, value in stds):
+        name, number, line, _ = stds[0]
+        reward_evidence.append(f"{name}:{number}: {_quote(line)} (reward_std 0 in all {len(stds)} logged steps)")
+    if online == GRPO or code_route == GRPO:
+        if texts and not any(_NAMES_REWARD.search(l) for _, _, l in code_lines):
+            reward_evidence.append(f"{code_label}: GRPO code without any reward (no 'reward' in the code)")
+    if reward_evidence:
+        return result(REWARD_DATA_DESIGN, reward_evidence)
+    # 3. nothing evaluated
+    scored = _scored_records(records)
+    exit_code = run.get("exit_code")
+    if not scored:
+        evidence = [
+            "no submission recorded"
+            if not records
+            else f"0 of {len(records)} submission(s) evaluated (grader: "
+            + ", ".join(str(r["grader_status"]) for r in records)
+            + ")"
+        ]
+        evidence.append(f"agent exit code {exit_code} (run status {run.get('status')})")
+        return result(EARLY_CODING, evidence + cite(all_errors))
+    trained = [r for r in scored if r["train_type"] != COPY]
+    if not trained:
+        return result(
+            EARLY_CODING,
+            [
+                f"only the base model was evaluated ({len(scored)} copy submission(s)): no trained model",
+                f"agent exit code {exit_code} (run status {run.get('status')})",
+            ]
+            + cite(all_errors),
+        )
+    best = max(trained, key=lambda r: r["score"])
+    score_line = (
+        f"best trained score {_fmt(best['score'])} (iteration {best['iteration']}, {best['train_type']}) "
+        f"vs baseline {_fmt(baseline_score)}"
+    )
+    # 4. collapse
+    if baseline_score is not None and all(r["score"] < baseline_score for r in trained):
+        scores = ", ".join(f"{_fmt(r['score'])} (iteration {r['iteration']})" for r in trained)
+        return result(
+            TRAINING_COLLAPSE,
+            [score_line, f"every trained submission below the baseline: {scores}"]
+            + cite([(w, t) for w, t in log_errors if re.search(r"(?i)\bnan\b|diverg|collapse", t)]),
+        )
+    # 5. static shortcut
+    route = best["train_type"] if best["train_type"] in TRAINING_ROUTES else code_route
+    if route in STATIC_ROUTES or not online:
+        return result(
+            STATIC_SHORTCUT,
+            [
+                f"route {route or best['train_type']}: trained on a static dataset, no online interaction",
+                score_line + " (no gain)",
+            ],
+        )
+    # 6. online RL that acted in the environment and learned nothing
+    return result(
+        REWARD_DATA_DESIGN,
+        [f"route {online}: the code acts in the environment, yet no learning signal", score_line + " (no gain)"],
+    )
+
+
 # -- run level -----------------------------------------------------------------------------------
 def _scored_records(records: list[dict]) -> list[dict]:
     return [r for r in records if r["grader_status"] in SCORED]
@@ -596,6 +1018,19 @@ def model_versions(workspace: Path, ledger: list[dict] | None = None, max_bytes:
         )
     return {"versions": versions, "truncated": truncated}
 
+
+
+def model_version_count(workspace: Path) -> int:
+    """How many model versions the workspace left under output/: the checkpoint directories
+    (_checkpoint_dirs, no link followed) holding a config.json regular file, as artifacts.json
+    lists them in `model_versions`; nothing is read or hashed."""
+    count = 0
+    for directory in _checkpoint_dirs(Path(workspace))[0]:
+        try:
+            count += stat.S_ISREG(os.lstat(directory / "config.json").st_mode)
+        except OSError:
+            pass
+    return count
 
 def _revision_methods(grader_dir: Path, revision: str, tree: str, cache: dict[str, set[str]]) -> set[str] | None:
     """training_methods of one code.git revision (exported to a temporary directory: its files
@@ -791,7 +1226,62 @@ def summarize(
     summary["eval_metrics"] = final.get("metrics")
     summary["baseline_metrics"] = final.get("baseline_metrics") or baseline.get("metrics")
     summary["grader_noise"] = final.get("grader_noise") or baseline.get("grader_noise")
+    summary.update(run_overview(run_dir, run, meta, submissions, records))
+    summary["interactive_failure"] = interactive_failure(
+        run_dir, run, records, level, baseline.get("score"), summary["failure_type"]
+    )
+    add_iteration_stories(grader, records)
+    # The optional LLM narrative (rlbench.narrative.add_narrative) fills these in when it is on.
+    summary["narrative"] = None
+    for record in records:
+        record["narrative"] = None
     return summary, records
+
+
+def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], records: list[dict]) -> dict:
+    """summary.json's run-level overview fields (ours, beside the reference's):
+
+    budget_s (run_meta timeout_s), duration_s (run_meta end_time - start_time), best_index (1-based
+    index of the best evaluated submission, the first of ties), code_files (code files in the
+    final code/), model_versions (checkpoint directories with a config.json under output/),
+    zero_score_share (share of submissions scoring 0, failed ones included), exec_success (any
+    submission evaluated), cost_usd (the LLM gateway's cost), timeline (per submission: iteration,
+    since_start_s, score, scored, train_type) and routes_used (the training routes of the
+    iterations, in order of first use)."""
+    workspace = Path(run_dir) / "workspace"
+    start, end = meta.get("start_time"), meta.get("end_time")
+    scored = [(i, e) for i, e in enumerate(submissions, start=1) if is_scored(e)]
+    best = max(scored, key=lambda pair: entry_score(pair[1]), default=None)
+    llm = run.get("llm") if isinstance(run.get("llm"), dict) else {}
+    tokens = llm.get("tokens") if isinstance(llm.get("tokens"), dict) else {}
+    cost = tokens.get("cost_usd")
+    routes: list[str] = []
+    for record in records:
+        if record["train_type"] in TRAINING_ROUTES and record["train_type"] not in routes:
+            routes.append(record["train_type"])
+    return {
+        "budget_s": meta.get("timeout_s"),
+        "duration_s": end - start if start is not None and end is not None else None,
+        "best_index": best[0] if best else None,
+        "code_files": 0 if (workspace / "code").is_symlink() else len(_code_files(workspace / "code")),
+        "model_versions": model_version_count(workspace),
+        "zero_score_share": (
+            sum(1 for e in submissions if entry_score(e) == 0) / len(submissions) if submissions else None
+        ),
+        "exec_success": bool(scored),
+        "cost_usd": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        "timeline": [
+            {
+                "iteration": record["iteration"],
+                "since_start_s": record["since_start_s"],
+                "score": record["score"],
+                "scored": record["grader_status"] in SCORED,
+                "train_type": record["train_type"],
+            }
+            for record in records
+        ],
+        "routes_used": routes,
+    }
 
 
 # -- summary.md --------------------------------------------------------------------------------------
@@ -836,6 +1326,74 @@ def _noise_note(summary: dict) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def _overview_lines(summary: dict) -> list[str]:
+    """The run_overview and interactive_failure fields, where summarize gave them."""
+    if "budget_s" not in summary:
+        return []
+    lines = [
+        f"- time: {_fmt(summary['duration_s'])} s of a {_fmt(summary['budget_s'])} s budget; "
+        f"best submission: {_fmt(summary['best_index'])}; routes used: {', '.join(summary['routes_used']) or 'none'}; "
+        f"code files: {summary['code_files']}; model versions: {summary['model_versions']}; "
+        f"zero-score share: {_fmt(summary['zero_score_share'])}; LLM cost: "
+        + (f"${summary['cost_usd']:.2f}" if summary["cost_usd"] is not None else "-")
+    ]
+    failure = summary.get("interactive_failure")
+    if failure:
+        lines.append(f"- interactive failure: {failure['type']}")
+        lines += [f"  - evidence: {_first_line(item)}" for item in failure["evidence"]]
+    narrative = summary.get("narrative")
+    if isinstance(narrative, dict) and narrative.get("generated"):
+        lines.append(
+            f"- narrative lines are generated by an LLM ({narrative['model']}) and marked so; "
+            "everything else is computed"
+        )
+    return lines
+
+
+def _story_lines(record: dict) -> list[str]:
+    """summary.md's account of one iteration beside its numbers (add_iteration_stories; the
+    narrative when rlbench.narrative generated one): what was done, why, the key code lines, the
+    snippet around the main training call, the diff against the previous snapshot."""
+    lines = []
+    if record.get("what_was_done"):
+        lines.append(f"- what was done: {record['what_was_done']}")
+    if record.get("why"):
+        lines.append(f"- why: {record['why']}")
+    narrative = record.get("narrative")
+    if isinstance(narrative, dict) and narrative.get("generated") and narrative.get("text"):
+        lines.append(
+            f"- narrative (generated by {narrative['model']}, an LLM; not checked): "
+            + _first_line(narrative["text"], 1000)
+        )
+    if record.get("key_code_lines"):
+        lines.append("- key code lines:")
+        lines += [f"  - `{line}`" if "`" not in line else f"  - {line}" for line in record["key_code_lines"]]
+    snippet = record.get("snippet")
+    if snippet:
+        fence = "````" if "```" in snippet["text"] else "```"
+        lines += [
+            "",
+            f"Main training call, {snippet['file']}:{snippet['line']} (from line {snippet['start']}):",
+            "",
+            f"{fence}python",
+            snippet["text"],
+            fence,
+        ]
+    if record.get("code_diff"):
+        fence = "````" if "```" in record["code_diff"] else "```"
+        lines += [
+            "",
+            f"<details><summary>code diff against iteration {record['diff_against']}</summary>",
+            "",
+            f"{fence}diff",
+            record["code_diff"],
+            fence,
+            "",
+            "</details>",
+        ]
+    return lines
+
+
 def summary_markdown(summary: dict, records: list[dict]) -> str:
     """summary.md: the run at a glance, then one section per iteration."""
     labels, metrics = summary["labels"], summary["metrics"]
@@ -851,6 +1409,7 @@ def summary_markdown(summary: dict, records: list[dict]) -> str:
         + _noise_note(summary),
         f"- submissions: {summary['submissions']} ({summary['valid_submissions']} valid: score > 0; "
         f"{summary['scored_submissions']} evaluated), failure type: {summary['failure_type'] or 'none'}",
+        *_overview_lines(summary),
         "- process metrics: "
         + ", ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if k != "score_trajectory"),
         "- score trajectory: " + (" → ".join(_fmt(s) for s in metrics["score_trajectory"]) or "-"),
@@ -880,6 +1439,7 @@ def summary_markdown(summary: dict, records: list[dict]) -> str:
             if record["error"]:
                 problem += f": {_first_line(record['error'])}"
             lines.append(f"- problem: {problem}; {rate}")
+        lines += _story_lines(record)
         lines.append("")
     if not records:
         lines.append("No submission was recorded.")
