@@ -151,6 +151,7 @@ def test_markdown_key_code_snippet_and_diff(four):
     three = section(d.summary_markdown(summary, records), 3)
     assert (
         "- key code lines:\n"
+        "  - `grpo.py:1: from trl import GRPOConfig, GRPOTrainer`\n"
         "  - `grpo.py:6: config = GRPOConfig(learning_rate=1e-6, num_generations=4)`\n"
         "  - `grpo.py:7: trainer = GRPOTrainer(model='m', reward_funcs=[reward_len], args=config)`\n"
         "  - `grpo.py:8: trainer.train()`\n"
@@ -446,3 +447,28 @@ def test_trajectory_figure_without_submissions(tmp_path):
     png, svg = tmp_path / "t.png", tmp_path / "t.svg"
     plot_score_trajectory(summary, png, svg)
     assert png.stat().st_size > 0 and "no submissions" in svg.read_text()
+
+
+def test_key_lines_skip_docstrings_and_strings_and_configuration_resolves_names(tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    triple = "'" * 3
+    (code / "train.py").write_text(
+        '"""Train with SFTTrainer(...) then trainer.train() (prose, not code)."""\n'  # 1
+        "from trl import SFTConfig, SFTTrainer\n"  # 2
+        "LR = 2e-5\n"  # 3
+        f"HELP = {triple}\n"  # 4
+        "trainer = SFTTrainer(model) in a multi-line string\n"  # 5
+        f"{triple}\n"  # 6
+        "def build(max_steps: int, lr=LR):\n"  # 7
+        "    args = SFTConfig(learning_rate=LR, max_steps=max_steps)\n"  # 8
+        "    trainer = SFTTrainer(model='m', args=args)\n"  # 9
+        "    trainer.train()\n"  # 10
+    )
+    texts = d.code_texts(code)
+    lines = d.key_code_lines(texts)
+    assert [line.split(":")[1] for line in lines] == ["2", "8", "9", "10"], lines  # not the def line
+    assert d.training_snippet(texts)["line"] == 10
+    config = d.key_configuration(code)
+    assert config["learning_rate"] == "LR (= 2e-5)" and config["lr"] == "LR (= 2e-5)"
+    assert config["max_steps"] == "max_steps"  # the annotation `max_steps: int` is not a value

@@ -17,11 +17,13 @@ exit_code, score, improvement, train_type, failure_type; our extra fields use ot
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import re
 import stat
 import sys
 import tempfile
+import tokenize
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -159,16 +161,28 @@ def _expression(text: str, start: int, limit: int = 60) -> str:
     return value if len(value) <= limit else value[: limit - 3] + "..."
 
 
+# A value that is only a type annotation (`max_steps: int` in a signature), not a setting.
+_ANNOTATION = re.compile(r"^(?:int|float|str|bool|None|Optional\[.*\]|(?:int|float|str) \| None)$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
+
+
 def key_configuration(code_dir: Path | None) -> dict[str, str]:
-    """The first value the code gives each of CONFIG_KEYS (as written, e.g. 'env_float("LR", 5e-4)')."""
+    """The first value the code gives each of CONFIG_KEYS (as written, e.g. 'env_float("LR", 5e-4)');
+    a bare name set at the start of a line elsewhere in the code shows that assignment too
+    ("SFT_LR (= 2e-5)"); type annotations (`max_steps: int`) are not values."""
     found: dict[str, str] = {}
     text = _code_text(code_dir)
     for match in _CONFIG_ASSIGN.finditer(text):
         key = match.group(1)
         if key not in found:
             value = _expression(text, match.end())
-            if value:
+            if value and not _ANNOTATION.match(value):
                 found[key] = value
+    for key, value in found.items():
+        if _IDENTIFIER.match(value) and value not in CONFIG_KEYS:
+            assigned = re.search(rf"^{re.escape(value)}\s*(?::[^=\n]*)?=(?!=)\s*", text, re.M)
+            if assigned:
+                found[key] = f"{value} (= {_expression(text, assigned.end())})"
     return {key: found[key] for key in CONFIG_KEYS if key in found}
 
 
@@ -483,6 +497,7 @@ SNIPPET_BEFORE, SNIPPET_AFTER = 7, 8
 # A training call: `trainer.train(...)` (the main one), else a trainer's construction.
 _TRAIN_CALL = re.compile(r"\.train\s*\(")
 _TRAINER_CONSTRUCTION = re.compile(r"\b\w*Trainer\s*\(")
+_TRL_IMPORT = re.compile(r"^\s*(?:from\s+trl\b|import\s+trl\b)")
 
 
 def code_texts(code_dir: Path | None, suffixes: set[str] = CODE_SUFFIXES) -> dict[str, str]:
@@ -500,27 +515,66 @@ def _code_line(text: str) -> str:
     return line if len(line) <= KEY_LINE_MAX_CHARS else line[: KEY_LINE_MAX_CHARS - 3] + "..."
 
 
+def _prose_lines(name: str, text: str) -> set[int]:
+    """1-based numbers of the lines of a Python file that are prose, not code: docstrings and the
+    inner lines of multi-line strings (read with tokenize; a file it cannot read: none)."""
+    if not name.endswith(".py"):
+        return set()
+    prose: set[int] = set()
+    previous = tokenize.NEWLINE
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.STRING:
+                first, last = token.start[0], token.end[0]
+                if previous in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+                    prose.update(range(first, last + 1))  # a string statement: a docstring
+                else:
+                    prose.update(range(first + 1, last + 1))
+            if token.type not in (tokenize.COMMENT, tokenize.NL):
+                previous = token.type
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return set()
+    return prose
+
+
+def _is_code(line: str, number: int, prose: set[int]) -> bool:
+    return bool(line.strip()) and not line.lstrip().startswith("#") and number not in prose
+
+
+def _config_line(line: str) -> bool:
+    """A line that sets one of CONFIG_KEYS (not a signature's annotation such as `max_steps: int`)."""
+    if re.match(r"\s*(?:async\s+)?def\s", line):
+        return False
+    for match in _CONFIG_ASSIGN.finditer(line):
+        value = _expression(line, match.end())
+        if value and not _ANNOTATION.match(value):
+            return True
+    return False
+
+
 def key_code_lines(texts: dict[str, str], limit: int = KEY_LINES_MAX) -> list[str]:
-    """"file:line: code" for the lines that show the training: a METHOD_PATTERNS match, a
-    trainer's construction or `.train(` call, a CONFIG_KEYS assignment; full-line comments
-    skipped; the first `limit` in file order (route files only)."""
-    found = []
+    """"file:line: code" for the lines that show the training, at most `limit`, in file order:
+    first TRL imports, trainers' constructions and `.train(` calls, then lines setting CONFIG_KEYS;
+    when there are none, METHOD_PATTERNS matches. Comments, docstrings and multi-line strings are
+    skipped (route files only)."""
+    strong, config, method = [], [], []
     for name, text in texts.items():
         if Path(name).suffix not in ROUTE_SUFFIXES:
             continue
+        prose = _prose_lines(name, text)
         for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip() or line.lstrip().startswith("#"):
+            if not _is_code(line, number, prose):
                 continue
-            if (
-                any(p.search(line) for p in METHOD_PATTERNS.values())
-                or _TRAINER_CONSTRUCTION.search(line)
-                or _TRAIN_CALL.search(line)
-                or _CONFIG_ASSIGN.search(line)
-            ):
-                found.append(f"{name}:{number}: {_code_line(line)}")
-                if len(found) >= limit:
-                    return found
-    return found
+            where = (name, number, _code_line(line))
+            if _TRL_IMPORT.search(line) or _TRAINER_CONSTRUCTION.search(line) or _TRAIN_CALL.search(line):
+                strong.append(where)
+            elif _config_line(line):
+                config.append(where)
+            elif any(p.search(line) for p in METHOD_PATTERNS.values()):
+                method.append(where)
+    chosen = (strong + config)[:limit] or method[:limit]
+    order = {name: i for i, name in enumerate(texts)}
+    return [f"{name}:{number}: {line}" for name, number, line in sorted(chosen, key=lambda w: (order[w[0]], w[1]))]
 
 
 def training_snippet(texts: dict[str, str]) -> dict | None:
@@ -528,11 +582,12 @@ def training_snippet(texts: dict[str, str]) -> dict | None:
     the first trainer construction, else the first METHOD_PATTERNS match; {"file", "line" (of
     the call), "start" (first line shown), "text"}; None when the code shows no training."""
     python = {name: text for name, text in texts.items() if name.endswith(".py")}
+    prose = {name: _prose_lines(name, text) for name, text in python.items()}
     for pattern in (_TRAIN_CALL, _TRAINER_CONSTRUCTION, *METHOD_PATTERNS.values()):
         for name, text in python.items():
             lines = text.splitlines()
             for index, line in enumerate(lines):
-                if line.lstrip().startswith("#") or not pattern.search(line):
+                if not _is_code(line, index + 1, prose[name]) or not pattern.search(line):
                     continue
                 start = max(0, index - SNIPPET_BEFORE)
                 shown = lines[start : index + SNIPPET_AFTER + 1]
