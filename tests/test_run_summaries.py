@@ -462,7 +462,7 @@ def test_key_lines_skip_docstrings_and_strings_and_configuration_resolves_names(
         f"{triple}\n"  # 6
         "def build(max_steps: int, lr=LR):\n"  # 7
         "    args = SFTConfig(learning_rate=LR, max_steps=max_steps)\n"  # 8
-        "    trainer = SFTTrainer(model='m', args=args)\n"  # 9
+        "    trainer = SFTTrainer(model='m', args=args, peft_config=LoraConfig(task_type='CAUSAL_LM', r=16))\n"  # 9
         "    trainer.train()\n"  # 10
     )
     texts = d.code_texts(code)
@@ -472,3 +472,4 @@ def test_key_lines_skip_docstrings_and_strings_and_configuration_resolves_names(
     config = d.key_configuration(code)
     assert config["learning_rate"] == "LR (= 2e-5)" and config["lr"] == "LR (= 2e-5)"
     assert config["max_steps"] == "max_steps"  # the annotation `max_steps: int` is not a value
+    assert config["lora_r"] == "16"  # peft's LoraConfig(r=...)

@@ -82,6 +82,9 @@ CONFIG_KEYS = (
     "gradient_accumulation_steps",
     "num_generations",
     "beta",
+    "lora_r",
+    "lora_rank",
+    "lora_alpha",
 )
 _CONFIG_ASSIGN = re.compile(r"(?<![\w.])(" + "|".join(CONFIG_KEYS) + r")[\"']?\s*[=:](?!=)\s*")
 # The reference's iteration status values (skill.md: 成功 / 失败).
@@ -164,6 +167,7 @@ def _expression(text: str, start: int, limit: int = 60) -> str:
 # A value that is only a type annotation (`max_steps: int` in a signature), not a setting.
 _ANNOTATION = re.compile(r"^(?:int|float|str|bool|None|Optional\[.*\]|(?:int|float|str) \| None)$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
+_LORA_RANK = re.compile(r"\bLoraConfig\s*\([^)]*?(?<![\w.])r\s*=\s*")
 
 
 def key_configuration(code_dir: Path | None) -> dict[str, str]:
@@ -178,6 +182,9 @@ def key_configuration(code_dir: Path | None) -> dict[str, str]:
             value = _expression(text, match.end())
             if value and not _ANNOTATION.match(value):
                 found[key] = value
+    lora = _LORA_RANK.search(text)  # peft's LoraConfig(r=...): the LoRA rank
+    if lora and "lora_r" not in found:
+        found["lora_r"] = _expression(text, lora.end())
     for key, value in found.items():
         if _IDENTIFIER.match(value) and value not in CONFIG_KEYS:
             assigned = re.search(rf"^{re.escape(value)}\s*(?::[^=\n]*)?=(?!=)\s*", text, re.M)
