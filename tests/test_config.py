@@ -98,3 +98,30 @@ def test_optional_sections_get_their_defaults(registries, default_config):
     config = validate_config(default_config, registries)
     assert config["sandbox"]["backend"] == "auto" and config["evaluation"]["batch_size"] == 32
     assert config["tasks"] == {}
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        ({"enabled": True}, r"report.narrative.judge.backend.*set report.narrative.enabled: false"),
+        ({"enabled": True, "judge": {"backend": "openai"}}, r"report.narrative.judge.model' is missing"),
+        ({"enabled": True, "judge": {"backend": "local", "model": "gpt-5"}}, r"'gpt-5', which is not in config/models/"),
+        ({"enabled": False, "judge": None}, None),
+    ],
+)
+def test_report_narrative_needs_a_judge_that_writes_text(registries, default_config, settings, message):
+    config = copy.deepcopy(default_config)
+    config.setdefault("report", {})["narrative"] = settings
+    if message is None:
+        assert validate_config(config, registries)["report"]["narrative"]["enabled"] is False
+        return
+    with pytest.raises(ConfigError, match=message):
+        validate_config(config, registries)
+
+
+def test_report_budget_cuts_and_pass_at_k_are_checked(registries, default_config):
+    for key, value in (("budget_cuts", [0.5, 1.5]), ("pass_at_k", [0])):
+        config = copy.deepcopy(default_config)
+        config.setdefault("report", {})[key] = value
+        with pytest.raises(ConfigError, match=rf"report.{key}"):
+            validate_config(config, registries)
