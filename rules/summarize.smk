@@ -1,8 +1,13 @@
 # Also read beside run.json, not declared (they are the run's own record, written by run_agent):
 # grader/ledger.jsonl, grader/code.git, grader/snapshots/NNNN/code and workspace/run_meta.json.
 # The manifest gives the agent's operating mode, audited against the recorded code (mode_audit).
+# reports/: the reference harness's per-run files (metrics.json: the ten process metrics;
+# figures/score_trajectory.png), beside summary.md / summary.jsonl / summary.json.
+# Only the narrative setting of the report block is a param: changing the tables' settings
+# leaves the summaries alone.
 rule summarize_run:
     input:
+        unpack(get_narrative_model_input),
         run=run_path("run.json"),
         artifacts=run_path("artifacts.json"),
         manifest=run_path("workspace.json"),
@@ -12,11 +17,22 @@ rule summarize_run:
         summary=run_path("summary.json"),
         markdown=run_path("summary.md"),
         iterations=run_path("summary.jsonl"),
+        metrics=run_path("reports/metrics.json"),
+        trajectory_png=report(
+            run_path("reports/figures/score_trajectory.png"),
+            caption="../workflow/report/run_trajectory.rst",
+            category="Runs",
+            subcategory="{task}",
+            labels={"model": "{model}", "agent": "{agent}", "seed": "{seed}"},
+        ),
+        trajectory_svg=run_path("reports/figures/score_trajectory.svg"),
     log:
         "results/logs/summarize_run/{task}/{model}/{agent}/{seed}.log",
     conda:
         "../envs/rlbench.yaml"
     params:
         level=get_level,
+        narrative=config["report"]["narrative"],
+        narrative_cache=f"{RESULTS}/judgments/narrative",
     script:
         "../scripts/summarize_run.py"

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,9 +139,185 @@ def test_same_command_again_does_nothing(sweep):
     assert planned_jobs(sweep) == {}
 
 
+REPORT_TABLES = ("leaderboard_paper", "delta_matrix", "multirun_stats", "budget_scaling", "pass_at_k",
+                 "workspace_stats", "routes", "tokens_cost", "failures")
+REPORT_FIGURES = ("delta_heatmap", "score_trajectories", "budget_scaling", "route_distribution")
+ANALYSIS_RULES = ("summarize_run", "aggregate", "report_figures")
+
+
+def test_analysis_stage_writes_every_table_figure_and_run_report(sweep):
+    report = sweep / "results" / "report"
+    for name in REPORT_TABLES:
+        with open(report / f"{name}.csv") as handle:
+            assert list(csv.DictReader(handle)), f"{name}.csv has no rows"
+        assert (report / f"{name}.md").read_text().startswith("#")
+    for name in REPORT_FIGURES:
+        assert (report / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert b"<svg" in (report / "figures" / f"{name}.svg").read_bytes()[:2000]
+    index = (report / "index.html").read_text()
+    assert "data:image/png;base64," in index and "<table" in index and "gsm8k" in index
+    with open(report / "leaderboard_paper.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["agent"] for r in rows} >= {"copy", "sft", "grpo"} and "gsm8k" in rows[0]
+    for agent in ("copy", "sft", "grpo"):
+        run_dir = sweep / Path(*RUN) / agent / "0"
+        summary = read_json(run_dir / "summary.json")
+        # The reference harness's per-run files: reports/metrics.json (the ten process metrics) and the figure.
+        metrics = read_json(run_dir / "reports" / "metrics.json")
+        assert {k: metrics[k] for k in summary["metrics"]} == summary["metrics"]
+        assert (run_dir / "reports" / "figures" / "score_trajectory.png").stat().st_size > 1000
+        assert len(summary["timeline"]) == summary["submissions"]
+
+
+def regenerate(workdir: Path, html: Path) -> subprocess.CompletedProcess:
+    """`rlbench regenerate` (what `make report` runs) on a sweep directory."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlbench.cli", "regenerate", "--html", str(html), "--", "-d", str(workdir)],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+    )
+
+
+def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(sweep, tmp_path):
+    report = sweep / "results" / "report"
+    tables = {name: (report / f"{name}.csv").read_bytes() for name in ("leaderboard", *REPORT_TABLES)}
+    recorded = {name: mtimes(sweep, name) for name in ("run.json", "final.json", "artifacts.json", "workspace.json")}
+    baseline = (sweep / "results" / "baselines" / "gsm8k" / "tiny.json").stat().st_mtime_ns
+    # Everything the analysis wrote goes; the dry run of a regeneration lists the analysis stage only.
+    import shutil
+    shutil.rmtree(report)
+    (sweep / Path(*RUN) / "sft" / "0" / "summary.md").unlink()
+    proc = snakemake(sweep, "-n", "--forcerun", *ANALYSIS_RULES)
+    from rlbench.cli import planned_rules
+    plan = planned_rules(proc.stdout + proc.stderr)
+    assert plan == {"summarize_run": 3, "aggregate": 1, "report_figures": 1, "all": 1}, plan
+
+    proc = regenerate(sweep, tmp_path / "report.html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {name: (report / f"{name}.csv").read_bytes() for name in tables} == tables  # same tables again
+    assert {name: mtimes(sweep, name) for name in recorded} == recorded  # no agent, no evaluation reran
+    assert (sweep / "results" / "baselines" / "gsm8k" / "tiny.json").stat().st_mtime_ns == baseline
+    assert (sweep / Path(*RUN) / "sft" / "0" / "summary.md").exists()
+    assert (tmp_path / "report.html").stat().st_size > 100_000  # Snakemake's self-contained HTML report
+    assert planned_jobs(sweep) == {}
+
+    # An unfinished sweep: the regeneration refuses and names the job it would have to run.
+    final = sweep / Path(*RUN) / "copy" / "0" / "final.json"
+    final.rename(tmp_path / "final.json")
+    try:
+        proc = regenerate(sweep, tmp_path / "again.html")
+        assert proc.returncode == 2 and "evaluate_final (1)" in proc.stderr, proc.stderr[-2000:]
+        assert not (tmp_path / "again.html").exists()
+    finally:
+        (tmp_path / "final.json").rename(final)
+    assert planned_jobs(sweep) == {}
+
+
+def chromium_or_skip() -> None:
+    from rlbench.browser import find_chromium
+
+    if find_chromium() is None:
+        if os.environ.get("RLBENCH_REQUIRE_CHROMIUM"):
+            pytest.fail("RLBENCH_REQUIRE_CHROMIUM is set but Chromium was not found")
+        pytest.skip("Chromium not installed (Debian: apt-get install chromium); the HTML report test needs it")
+
+
+def coloured_pixels(png: Path, box: dict) -> int:
+    """Pixels of a screenshot inside box (CSS px at device scale 1) that are clearly coloured (not grey)."""
+    from PIL import Image
+
+    image = Image.open(png).convert("RGB")
+    left, top = max(0, int(box["left"])), max(0, int(box["top"]))
+    right, bottom = min(image.width, int(box["right"])), min(image.height, int(box["bottom"]))
+    region = image.crop((left, top, right, bottom))
+    return sum(1 for r, g, b in region.getdata() if max(r, g, b) - min(r, g, b) > 60)
+
+
+def dark_pixels(png: Path, box: dict) -> int:
+    """Pixels of a screenshot inside box that are dark (text, rules): something is drawn there."""
+    from PIL import Image
+
+    image = Image.open(png).convert("L")
+    region = image.crop((max(0, int(box["left"])), max(0, int(box["top"])), int(box["right"]), int(box["bottom"])))
+    return sum(1 for value in region.getdata() if value < 128)
+
+
+CLICK_TEXT = """(text => {
+  const hits = Array.from(document.querySelectorAll('a')).filter(a => a.innerText.trim() === text);
+  if (!hits.length) return false;
+  hits[hits.length - 1].click();
+  return true;
+})(%r)"""
+# The eye button of the report item whose path ends with the given name (Snakemake's report lists items as rows).
+SHOW_ITEM = """(name => {
+  const row = Array.from(document.querySelectorAll('tr')).find(r => r.cells.length && r.cells[0].innerText.trim().endsWith(name));
+  const eye = row && row.querySelector('a[iconname=eye]');
+  if (!eye) return false;
+  eye.click();
+  return true;
+})(%r)"""
+BOX = "(e => { const r = e.getBoundingClientRect(); return {left: r.left, top: r.top, right: r.right, bottom: r.bottom}; })(%s)"
+
+
+def test_html_report_opens_in_chromium_and_shows_the_leaderboard_and_a_figure(sweep, tmp_path):
+    """Snakemake's HTML report and results/report/index.html as a reader sees them, in headless Chromium."""
+    import base64
+    from rlbench.browser import Page
+
+    chromium_or_skip()
+    html = tmp_path / "report.html"
+    snakemake(sweep, "--report", str(html))
+    index = sweep / "results" / "report" / "index.html"
+
+    # The standalone page: the leaderboard table and the Δ heatmap are on the first screen, the image loaded.
+    with Page(width=1280, height=1400) as page:
+        page.open(index.as_uri())
+        page.wait_for("document.readyState === 'complete'")
+        assert page.evaluate("document.querySelector('table') !== null")
+        first_table = page.evaluate("document.querySelector('section table').closest('section').id")
+        assert first_table == "table-leaderboard-paper"
+        assert page.evaluate("document.querySelector('#table-leaderboard-paper').innerText").count("gsm8k") >= 1
+        heatmap = "document.querySelector('#figure-delta-heatmap img')"
+        page.wait_for(f"{heatmap}.complete && {heatmap}.naturalWidth > 0")
+        table_box = page.evaluate(BOX % "document.querySelector('#table-leaderboard-paper table')")
+        figure_box = page.evaluate(BOX % heatmap)
+        assert 0 <= table_box["top"] < table_box["bottom"] <= 1400, table_box
+        assert 0 <= figure_box["top"] < 1400, figure_box
+        shot = page.screenshot(tmp_path / "index.png")
+        assert coloured_pixels(shot, figure_box) > 500  # the heatmap's colour bar at least
+        assert page.errors == [], page.errors
+
+    # Snakemake's report: opens without errors; Overview shows index.html; Figures shows the heatmap.
+    with Page(width=1280, height=1024) as page:
+        page.open(html.as_uri())
+        page.wait_for("Array.from(document.querySelectorAll('a')).some(a => a.innerText.trim() === 'Overview')")
+        assert page.evaluate(CLICK_TEXT % "Overview")
+        page.wait_for(SHOW_ITEM % "index.html")
+        page.wait_for("document.querySelector('iframe') !== null")
+        src = page.evaluate("document.querySelector('iframe').src")
+        shown = base64.b64decode(src.split("base64,", 1)[1]).decode()
+        assert 'id="table-leaderboard-paper"' in shown and "data:image/png;base64," in shown
+        # The page inside the frame is drawn once loaded: its leaderboard (text, table rules, blue headings).
+        frame = page.evaluate(BOX % "document.querySelector('iframe')")
+        for _ in range(40):
+            shot = page.screenshot(tmp_path / "overview.png")
+            if dark_pixels(shot, frame) > 2000:
+                break
+            time.sleep(0.5)
+        assert dark_pixels(shot, frame) > 2000 and coloured_pixels(shot, frame) > 200, "index.html not drawn"
+        page.evaluate(CLICK_TEXT % "Results")  # back from the item to the categories
+        assert page.evaluate(CLICK_TEXT % "Figures")
+        page.wait_for(SHOW_ITEM % "delta_heatmap.png")
+        image = "Array.from(document.querySelectorAll('img')).find(i => i.src.includes('delta_heatmap.png'))"
+        page.wait_for(f"({image}) !== undefined && ({image}).complete && ({image}).naturalWidth > 0")
+        shot = page.screenshot(tmp_path / "figure.png")
+        assert coloured_pixels(shot, page.evaluate(BOX % image)) > 500
+        assert page.errors == [], page.errors
+
+
 def test_deleted_final_json_reruns_only_its_evaluation(sweep):
     (sweep / Path(*RUN) / "sft" / "0" / "final.json").unlink()
-    assert planned_jobs(sweep) == {"evaluate_final": 1, "summarize_run": 1, "aggregate": 1, "all": 1}
+    assert planned_jobs(sweep) == {"evaluate_final": 1, "summarize_run": 1, "aggregate": 1, "report_figures": 1, "all": 1}
     snakemake(sweep, "--cores", "2")
     assert (sweep / Path(*RUN) / "sft" / "0" / "final.json").exists()
 
@@ -149,8 +326,8 @@ def test_report_setting_change_regenerates_only_the_report(sweep):
     before = mtimes(sweep, "summary.json")
     leaderboard = sweep / "results" / "report" / "leaderboard.csv"
     written = leaderboard.stat().st_mtime_ns
-    set_config(sweep, report={"decimals": 0})
-    assert planned_jobs(sweep) == {"aggregate": 1, "all": 1}
+    set_config(sweep, report={"decimals": 0, "budget_cuts": [0.5, 1.0]})
+    assert planned_jobs(sweep) == {"aggregate": 1, "report_figures": 1, "all": 1}
     snakemake(sweep, "--cores", "2")
     assert mtimes(sweep, "summary.json") == before
     assert leaderboard.stat().st_mtime_ns > written  # the report itself was regenerated

@@ -4,6 +4,7 @@
     rlbench resume [--config FILE] [--cores N] [-- SNAKEMAKE ARGS...]
     rlbench status [--results DIR]
     rlbench report [--results DIR]
+    rlbench regenerate [--config FILE] [--cores N] [--html FILE] [-- SNAKEMAKE ARGS...]
     rlbench reconstruct RUN_DIR
 """
 
@@ -13,6 +14,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +55,48 @@ def resume(args: argparse.Namespace) -> int:
     root = _repo()
     unlock = _snakemake(args, "--unlock")
     return _call(unlock, root) or run(args)
+
+
+# The analysis stage: what `rlbench regenerate` reruns (per-run summaries, tables, figures).
+ANALYSIS_RULES = ("summarize_run", "aggregate", "report_figures")
+REPORT_HTML = "results/report/report.html"
+
+
+def planned_rules(output: str) -> dict[str, int]:
+    """Rule -> job count from the "Job stats" table Snakemake prints for a (dry) run."""
+    table = re.search(r"Job stats:\njob\s+count\n[-\s]+\n(.*?)\ntotal", output, re.S)
+    if table is None:
+        return {}
+    return {name: int(count) for name, count in (line.split() for line in table.group(1).splitlines())}
+
+
+def regenerate(args: argparse.Namespace) -> int:
+    """Every per-run summary, table and figure again from the recorded runs, then the HTML report
+    (`make report`). Refuses, naming the jobs, when that would run anything but the analysis stage
+    (an unfinished sweep: finish it with `rlbench run` first): no agent and no evaluation is rerun."""
+    root = _repo()
+    base = _snakemake(args, "--profile", "workflow/profiles/local", "--cores", str(args.cores), "--forcerun", *ANALYSIS_RULES)
+    plan = subprocess.run([*base, "-n"], cwd=root, capture_output=True, text=True)
+    if plan.returncode != 0:
+        sys.stderr.write(plan.stdout[-3000:] + plan.stderr[-3000:])
+        print("error: the dry run failed (above); nothing was regenerated", file=sys.stderr)
+        return plan.returncode
+    jobs = planned_rules(plan.stdout + plan.stderr)
+    other = {rule: n for rule, n in jobs.items() if rule not in (*ANALYSIS_RULES, "all")}
+    if other:
+        listed = ", ".join(f"{rule} ({n})" for rule, n in sorted(other.items()))
+        print(
+            f"error: the sweep is not finished: regenerating the report would also run {listed}. "
+            "Finish the sweep first (`make run`, or `rlbench run` with the same config), then regenerate.",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"regenerating: {', '.join(f'{r} ({n})' for r, n in jobs.items() if r != 'all')}", file=sys.stderr)
+    code = _call(base, root)
+    if code:
+        return code
+    html = Path(args.html)
+    return _call(_snakemake(args, "--report", str(html if html.is_absolute() else Path.cwd() / html)), root)
 
 
 def _read(path: Path) -> dict | None:
@@ -165,15 +209,24 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("agents", nargs="*", help="agent names from config/agents/ (default: every cli agent)")
     sub.add_argument("--no-gateway", action="store_true", help="do not install the LLM gateway")
     sub = commands.add_parser(
+        "regenerate",
+        help="every summary, table and figure again from the recorded runs, and the HTML report (no agent, no evaluation)",
+    )
+    sub.add_argument("--config", help="the sweep's config file (default: config/config.yaml)")
+    sub.add_argument("--cores", type=int, default=2)
+    sub.add_argument("--html", default=REPORT_HTML, help=f"where the HTML report goes (default: {REPORT_HTML})")
+    sub.add_argument("snakemake", nargs=argparse.REMAINDER, help="extra Snakemake arguments, after --")
+    sub = commands.add_parser(
         "reconstruct", help="a run from its record: prompt, transcript, code at each submission, scores"
     )
     sub.add_argument("run_dir", help="a run directory, results/runs/TASK/MODEL/AGENT/SEED")
     args = parser.parse_args(argv)
-    if args.command in ("run", "resume") and args.snakemake[:1] == ["--"]:
+    if args.command in ("run", "resume", "regenerate") and args.snakemake[:1] == ["--"]:
         args.snakemake = args.snakemake[1:]
     commands_by_name = {"run": run, "resume": resume, "status": status, "report": report}
     commands_by_name["setup-agents"] = setup_agents_command
     commands_by_name["reconstruct"] = reconstruct
+    commands_by_name["regenerate"] = regenerate
     return commands_by_name[args.command](args)
 
 

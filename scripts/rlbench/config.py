@@ -182,9 +182,32 @@ def validate_config(config: dict, registries: Registries) -> dict:
             validate(task_settings(config, registries, name), task_schema, f"'tasks.{name}' merged over config/tasks/")
         except ConfigError as error:
             problems.append(str(error))
+    problems += _narrative_problems(config["report"]["narrative"], registries)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return config
+
+
+def _narrative_problems(narrative: dict, registries: Registries) -> list[str]:
+    """The optional LLM narrative needs a judge that writes text: openai, or local with a registered model."""
+    if not narrative.get("enabled"):
+        return []
+    judge = narrative.get("judge") or {}
+    backend = judge.get("backend")
+    if backend not in ("openai", "local"):
+        return [
+            f"'report.narrative.judge.backend' is {backend!r}; the narrative needs a judge that writes text: "
+            "give report.narrative.judge as {backend: openai, model: ...} or {backend: local, model: <models entry>}, "
+            "or set report.narrative.enabled: false"
+        ]
+    if not judge.get("model"):
+        return ["'report.narrative.judge.model' is missing; name the judge's model"]
+    if backend == "local" and judge["model"] not in registries.models:
+        return [
+            f"'report.narrative.judge.model' is {judge['model']!r}, which is not in config/models/; "
+            f"allowed values: {', '.join(sorted(registries.models))}"
+        ]
+    return []
 
 
 def sweep_grids(config: dict) -> list[dict]:
