@@ -139,6 +139,27 @@ def test_same_command_again_does_nothing(sweep):
     assert planned_jobs(sweep) == {}
 
 
+def test_reordered_or_spelled_out_config_keys_rerun_nothing(sweep):
+    """Rule params are compared as text: the same settings in another key order, or a default
+    written out, must not look like a change (that would rerun every agent)."""
+    path = sweep / "config" / "config.yaml"
+    original = path.read_text()
+
+    def reversed_keys(value):
+        if isinstance(value, dict):
+            return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+        return value
+
+    config = reversed_keys(yaml.safe_load(original))
+    config["budget"]["kill_grace_s"] = 2  # as before, now before time_limit_s
+    config.setdefault("report", {})["decimals"] = 2  # the default, written out
+    try:
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        assert planned_jobs(sweep) == {}
+    finally:
+        path.write_text(original)
+
+
 REPORT_TABLES = ("leaderboard_paper", "delta_matrix", "multirun_stats", "budget_scaling", "pass_at_k",
                  "workspace_stats", "routes", "tokens_cost", "failures")
 REPORT_FIGURES = ("delta_heatmap", "score_trajectories", "budget_scaling", "route_distribution")

@@ -79,6 +79,17 @@ def _fill_defaults(instance: dict, schema: dict) -> None:
             _fill_defaults(instance[key], sub)
 
 
+def canonical(value: Any) -> Any:
+    """value with every mapping's keys in sorted order (lists keep theirs). Rule params are compared
+    by their text between runs: without this, reordering keys in a YAML file, or writing out a
+    default, would look like a changed setting and rerun agents."""
+    if isinstance(value, dict):
+        return {key: canonical(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
+
+
 def _merged(base: dict, override: dict) -> dict:
     """base with override's keys on top; nested objects merge, everything else is replaced."""
     out = copy.deepcopy(base)
@@ -139,7 +150,7 @@ def load_registry(kind: str, config_dir: Path = CONFIG_DIR) -> dict[str, dict]:
             raise ConfigError(f"{path}: name {entry['name']!r} must equal the file name {path.stem!r}")
         _fill_defaults(entry, schema)
         entries[entry["name"]] = entry
-    return entries
+    return {name: canonical(entry) for name, entry in entries.items()}
 
 
 @dataclass(frozen=True)
@@ -185,7 +196,7 @@ def validate_config(config: dict, registries: Registries) -> dict:
     problems += _narrative_problems(config["report"]["narrative"], registries)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
-    return config
+    return canonical(config)
 
 
 def _narrative_problems(narrative: dict, registries: Registries) -> list[str]:
@@ -234,7 +245,7 @@ def task_settings(config: dict, registries: Registries, task: str) -> dict:
     for key, value in config.get("tasks", {}).get(task, {}).items():
         # Blocks (judge, execution) are merged, so a sweep can change one key of them.
         settings[key] = _merged(settings[key], value) if isinstance(value, dict) and isinstance(settings.get(key), dict) else value
-    return settings
+    return canonical(settings)
 
 
 def current_task_settings(config: dict, task: str) -> dict:
