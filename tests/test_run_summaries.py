@@ -248,14 +248,13 @@ def test_reward_design_failure_constant_reward(tmp_path):
     }
 
 
-def test_reward_design_failure_zero_reward_std_in_the_log(tmp_path):
-    log = "{'loss': 0.0, 'reward': 0.5, 'reward_std': 0.0}\n{'loss': 0.0, 'reward': 0.5, 'reward_std': 0.0}\n"
-    summary = l3(tmp_path, [entry(1, 100.0, 40.0)], {1: {"grpo.py": ENV_GRPO}}, log)
+@pytest.mark.parametrize("zero", ["0.0", "'0'"])  # TRL logs numbers, or strings of them
+def test_reward_design_failure_zero_reward_std_in_the_log(tmp_path, zero):
+    line = f"{{'loss': 0.0, 'reward': 0.5, 'reward_std': {zero}}}"
+    summary = l3(tmp_path, [entry(1, 100.0, 40.0)], {1: {"grpo.py": ENV_GRPO}}, f"{line}\n{line}\n")
     assert summary["interactive_failure"] == {
         "type": "reward_data_design_failure",
-        "evidence": [
-            "workspace/agent.log:1: {'loss': 0.0, 'reward': 0.5, 'reward_std': 0.0} (reward_std 0 in all 2 logged steps)"
-        ],
+        "evidence": [f"workspace/agent.log:1: {line} (reward_std 0 in all 2 logged steps)"],
     }
 
 

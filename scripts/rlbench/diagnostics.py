@@ -724,7 +724,8 @@ ENV_CALL = re.compile(
 _ERROR_LINE = re.compile(r"Traceback|\w*(?:Error|Exception)\b|(?i:\bfailed\b|\bexit code\b|\bnan\b)")
 _NAMES_ROLLOUT = re.compile(r"(?i)rollout|environment|\benv\b|\benv\.|\w+_env\b|env_server|env_url")
 _NAMES_REWARD = re.compile(r"(?i)reward")
-_REWARD_STD = re.compile(r"[\"']?reward_std[\"']?\s*[:=]\s*(-?[0-9][0-9.eE+-]*)")
+# A logged reward_std: TRL's log dicts hold numbers, or strings of them ('reward_std': '0').
+_REWARD_STD = re.compile(r"[\"']?reward_std[\"']?\s*[:=]\s*[\"']?(-?[0-9][0-9.eE+-]*)")
 _REWARD_DEF = re.compile(r"^(\s*)def\s+(\w*reward\w*)\s*\(", re.M | re.I)
 _CONSTANT_RETURN = re.compile(
     r"^\s*return\s+(?:\[\s*)?(-?\d+(?:\.\d*)?(?:e-?\d+)?)\s*"
