@@ -251,7 +251,8 @@ def coloured_pixels(png: Path, box: dict) -> int:
     left, top = max(0, int(box["left"])), max(0, int(box["top"]))
     right, bottom = min(image.width, int(box["right"])), min(image.height, int(box["bottom"]))
     region = image.crop((left, top, right, bottom))
-    return sum(1 for r, g, b in region.getdata() if max(r, g, b) - min(r, g, b) > 60)
+    data = region.tobytes()
+    return sum(1 for i in range(0, len(data), 3) if max(data[i : i + 3]) - min(data[i : i + 3]) > 60)
 
 
 def dark_pixels(png: Path, box: dict) -> int:
@@ -260,7 +261,7 @@ def dark_pixels(png: Path, box: dict) -> int:
 
     image = Image.open(png).convert("L")
     region = image.crop((max(0, int(box["left"])), max(0, int(box["top"])), int(box["right"]), int(box["bottom"])))
-    return sum(1 for value in region.getdata() if value < 128)
+    return sum(1 for value in region.tobytes() if value < 128)
 
 
 CLICK_TEXT = """(text => {
