@@ -260,7 +260,9 @@ def dark_pixels(png: Path, box: dict) -> int:
     from PIL import Image
 
     image = Image.open(png).convert("L")
-    region = image.crop((max(0, int(box["left"])), max(0, int(box["top"])), int(box["right"]), int(box["bottom"])))
+    left, top = max(0, int(box["left"])), max(0, int(box["top"]))
+    right, bottom = min(image.width, int(box["right"])), min(image.height, int(box["bottom"]))
+    region = image.crop((left, top, right, bottom))
     return sum(1 for value in region.tobytes() if value < 128)
 
 
