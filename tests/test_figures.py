@@ -378,3 +378,28 @@ def test_write_index_escapes_labels_from_runs(tmp_path):
     assert "<script" not in page and "<img src=x" not in page
     assert "a&amp;b &lt;script&gt;" in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
     assert not re.search(r"https?://", page)
+
+
+def test_index_tables_show_the_markdown_cells_with_the_configured_decimals(tmp_path):
+    """index.html shows a table as its Markdown does: 68.00 (not the CSV's 68.0), 4 decimals where
+    the table asks for them, blanks as the blank mark, an escaped pipe as a pipe."""
+    from rlbench.analysis import Table
+    from rlbench.html_report import read_markdown_table, render_index
+
+    report = tmp_path / "report"
+    table = Table(
+        "leaderboard_paper",
+        "Leaderboard",
+        ["agent", "score", "cost_usd", "n"],
+        [{"agent": "sft | v2", "score": 68.0, "cost_usd": 0.00123, "n": 3}, {"agent": "copy", "score": None, "cost_usd": None, "n": 1}],
+        ["A note."],
+        decimals=2,
+        column_decimals={"cost_usd": 4},
+    )
+    write_tables({"leaderboard_paper": table}, report)
+    header, rows = read_markdown_table(report / "leaderboard_paper.md")
+    assert header == ["agent", "score", "cost_usd", "n"]
+    assert rows == [["sft | v2", "68.00", "0.0012", "3"], ["copy", BLANK_MD, BLANK_MD, "1"]]
+    page = render_index(report, {"leaderboard_paper": report / "leaderboard_paper.csv"}, {})
+    assert '<td class="num">68.00</td>' in page and '<td class="num">0.0012</td>' in page
+    assert "<td>sft | v2</td>" in page and page.count('<td class="blank">') == 2

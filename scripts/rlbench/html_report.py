@@ -110,6 +110,24 @@ def _is_table_line(line: str) -> bool:
     return line.lstrip().startswith("|")
 
 
+def read_markdown_table(path: Path) -> tuple[list[str], list[list[str]]]:
+    """The table of a Markdown file as rlbench.analysis.markdown writes it, as (header, rows): the
+    cells as shown there (numbers with the table's decimals, blanks as the blank mark, the Δ
+    matrix's wide view); ([], []) when the file is missing or holds no table."""
+    path = Path(path)
+    if not path.is_file():
+        return [], []
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if _is_table_line(line)]
+    if len(lines) < 2:
+        return [], []
+
+    def cells(line: str) -> list[str]:
+        parts = re.split(r"(?<!\\)\|", line.strip()[1:-1])
+        return [part.strip().replace("\\|", "|") for part in parts]
+
+    return cells(lines[0]), [cells(line) for line in lines[2:]]
+
+
 def markdown_parts(path: Path) -> tuple[str | None, list[tuple[int, str]]]:
     """(title, notes) of a Markdown table file as rlbench.analysis.markdown writes it: the title from
     its "# " line; the notes from the lines after the table (after the title when the table is
@@ -153,7 +171,7 @@ def html_table(header: list[str], rows: list[list[str]]) -> str:
     for row in rows:
         cells = []
         for cell in row:
-            if cell.strip() == "":
+            if cell.strip() in ("", BLANK_MD):
                 cells.append(f'<td class="blank">{_esc(BLANK_MD)}</td>')
             elif _is_number(cell):
                 cells.append(f'<td class="num">{_esc(cell)}</td>')
@@ -189,10 +207,13 @@ def _table_paths(path: Path) -> tuple[Path, Path]:
 
 
 def table_section(name: str, path: Path) -> tuple[str, str]:
-    """(heading, HTML) of a table's section: the title from its Markdown (else the table's name),
-    the table from its CSV, the notes from its Markdown."""
+    """(heading, HTML) of a table's section: the title, the table (as its Markdown shows it: the
+    configured decimals) and the notes from its Markdown; the table from the CSV when there is no
+    Markdown, and the table's name when there is no title."""
     csv_path, md_path = _table_paths(path)
-    header, rows = read_csv(csv_path)
+    header, rows = read_markdown_table(md_path)
+    if not header:
+        header, rows = read_csv(csv_path)
     md_title, notes = markdown_parts(md_path)
     title = md_title or name.replace("_", " ").capitalize()
     return title, (
