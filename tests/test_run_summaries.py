@@ -472,3 +472,8 @@ def test_key_lines_skip_docstrings_and_strings_and_configuration_resolves_names(
     assert config["learning_rate"] == "LR (= 2e-5)" and config["lr"] == "LR (= 2e-5)"
     assert config["max_steps"] == "max_steps"  # the annotation `max_steps: int` is not a value
     assert config["lora_r"] == "16"  # peft's LoraConfig(r=...)
+
+
+def test_code_blocks_outlast_any_backtick_run_inside():
+    assert d._fenced("x = 1", "python") == ["```python", "x = 1", "```"]
+    assert d._fenced('s = """````"""', "diff") == ["`````diff", 's = """````"""', "`````"]

@@ -1433,28 +1433,28 @@ def _story_lines(record: dict) -> list[str]:
         lines += [f"  - `{line}`" if "`" not in line else f"  - {line}" for line in record["key_code_lines"]]
     snippet = record.get("snippet")
     if snippet:
-        fence = "````" if "```" in snippet["text"] else "```"
         lines += [
             "",
             f"Main training call, {snippet['file']}:{snippet['line']} (from line {snippet['start']}):",
             "",
-            f"{fence}python",
-            snippet["text"],
-            fence,
+            *_fenced(snippet["text"], "python"),
         ]
     if record.get("code_diff"):
-        fence = "````" if "```" in record["code_diff"] else "```"
         lines += [
             "",
             f"<details><summary>code diff against iteration {record['diff_against']}</summary>",
             "",
-            f"{fence}diff",
-            record["code_diff"],
-            fence,
+            *_fenced(record["code_diff"], "diff"),
             "",
             "</details>",
         ]
     return lines
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    """A Markdown code block of text: its fence one backtick longer than any run of backticks inside."""
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return [f"{fence}{language}", text, fence]
 
 
 def summary_markdown(summary: dict, records: list[dict]) -> str:
