@@ -103,6 +103,16 @@ def get_agent_runtime_minutes(wildcards):
     return int(-(-seconds // 60))
 
 
+# Settings of how the grader runs its evaluations (rlbench.workers), not of what they compute:
+# they never rerun a baseline or a final evaluation.
+WORKER_SETTINGS = ("worker", "worker_idle_s")
+
+
+def get_scoring_settings():
+    """config["evaluation"] as the baseline and final evaluations' params: what decides a score."""
+    return {k: v for k, v in config["evaluation"].items() if k not in WORKER_SETTINGS}
+
+
 def get_model_spec(wildcards):
     return REGISTRIES.models[wildcards.model]
 

@@ -16,7 +16,7 @@ rule evaluate_baseline:
         "../envs/rlbench.yaml"
     params:
         task=get_task_settings,
-        evaluation=config["evaluation"],
+        evaluation=get_scoring_settings(),
         judgments=lambda wildcards: JUDGMENT_CACHE.format(task=wildcards.task),
     script:
         "../scripts/evaluate_baseline.py"
@@ -39,7 +39,7 @@ rule evaluate_final:
         "../envs/rlbench.yaml"
     params:
         task=get_task_settings,
-        evaluation=config["evaluation"],
+        evaluation=get_scoring_settings(),
         judgments=lambda wildcards: JUDGMENT_CACHE.format(task=wildcards.task),
     script:
         "../scripts/evaluate_final.py"

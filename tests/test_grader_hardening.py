@@ -289,14 +289,33 @@ def gone(process: psutil.Process) -> bool:
         return True
 
 
-def test_killed_evaluation_is_a_retryable_grader_error(workspace, start_grader, tiny_model):
+def test_killed_evaluation_is_a_retryable_grader_error(workspace, start_grader, tiny_model, tmp_path):
+    """The evaluation process (the warm worker) is killed mid-evaluation: that submission is a
+    grader error, and the next one is scored by a new worker. The held-out split is first a FIFO
+    nobody writes, so that the evaluation is surely still running (generating) when it is killed."""
+    from rlbench.tasks.gsm8k import EVAL_FILE
+
     server = start_grader(workspace)
+    split = tmp_path / "fifo-split"
+    split.mkdir()
+    os.mkfifo(split / EVAL_FILE)
+    real_split, server.grader.config.eval_dir = server.grader.config.eval_dir, split
     perturb(copy_model(tiny_model, workspace / "output" / "v1"))
+    phase_file = server.grader.snapshots / "0001" / "eval" / "phase.json"
+
+    def generating() -> bool:
+        try:
+            return read_json(phase_file)["phase"] == "generating"
+        except (OSError, ValueError, KeyError):
+            return False
+
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(requests.post, f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=300)
+        wait_for(generating, timeout=120)
         child = wait_for(evaluation_children)[0]
         child.send_signal(signal.SIGKILL)
         response = pending.result()
+    server.grader.config.eval_dir = real_split
     body = assert_refused(response, 503, "grader_error")
     assert body["retryable"] is True and response.headers["Retry-After"]
     assert "SIGKILL" in body["error"] and "submit it again" in body["error"]

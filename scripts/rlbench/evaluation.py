@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -96,7 +97,19 @@ def evaluate_model(
     "scoring", so a caller can tell a broken model (loading, generating) from a broken harness.
     resources: what the task's parts may use beyond the split (rlbench.tasks.base.EvalContext:
     judge_model_dir, judgment_cache, work_dir); replicate: which repeat of a noisy grader this is."""
-    report = on_phase or (lambda phase: None)
+    # Seconds spent in each phase (phase_seconds in the result): where an evaluation's time goes.
+    phase_seconds: dict[str, float] = {}
+    current = {"name": None, "since": time.perf_counter()}
+
+    def report(name: str | None) -> None:
+        """Enter a phase (None: the evaluation is over; the caller is not told, it keeps the last)."""
+        now = time.perf_counter()
+        if current["name"] is not None:
+            phase_seconds[current["name"]] = phase_seconds.get(current["name"], 0.0) + now - current["since"]
+        current.update(name=name, since=now)
+        if on_phase is not None and name is not None:
+            on_phase(name)
+
     report("setup")
     # The heavy imports belong to the harness: a broken environment must not read as a bad model.
     import torch  # noqa: F401
@@ -120,7 +133,13 @@ def evaluate_model(
         result = task.evaluate(ctx).to_dict()
     finally:
         ctx.close()
-    result.update(backend=ctx.backend_name, replicate=replicate, eval_seconds=round(time.time() - started, 3))
+    report(None)
+    result.update(
+        backend=ctx.backend_name,
+        replicate=replicate,
+        eval_seconds=round(time.time() - started, 3),
+        phase_seconds={name: round(seconds, 3) for name, seconds in phase_seconds.items()},
+    )
     return result
 
 
@@ -188,6 +207,37 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def write_request(
+    task_settings: dict,
+    model_dir: Path,
+    eval_dir: Path,
+    evaluation: dict,
+    work_dir: Path,
+    resources: dict | None = None,
+    replicate: int = 0,
+) -> Path:
+    """work_dir/request.json, what serve_request evaluates (in a fresh child or a warm worker:
+    rlbench.workers); the result, error and phase files of an earlier attempt are removed."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("result.json", "error.json", "phase.json"):
+        (work_dir / stale).unlink(missing_ok=True)
+    request = work_dir / "request.json"
+    write_json(
+        request,
+        {
+            "task": task_settings,
+            "model_dir": str(model_dir),
+            "eval_dir": str(eval_dir),
+            "evaluation": evaluation,
+            "phase_path": str(work_dir / "phase.json"),
+            # The task's scratch space lives in the evaluation's own directory, thrown away with it.
+            "resources": {"work_dir": str(work_dir / "scratch"), **(resources or {})},
+            "replicate": replicate,
+        },
+    )
+    return request
+
+
 def run_in_child(
     task_settings: dict,
     model_dir: Path,
@@ -204,24 +254,9 @@ def run_in_child(
     log tail. The child dies with this process (lifeline.die_with_parent): a grader killed with -9
     leaves no orphan evaluation holding a GPU. The kernel ties that to the thread that started the
     child, which is this one, blocked here until the child exits."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    request, result_path = work_dir / "request.json", work_dir / "result.json"
-    error_path, log_path, phase_path = work_dir / "error.json", work_dir / "eval.log", work_dir / "phase.json"
-    for stale in (result_path, error_path, phase_path):
-        stale.unlink(missing_ok=True)
-    write_json(
-        request,
-        {
-            "task": task_settings,
-            "model_dir": str(model_dir),
-            "eval_dir": str(eval_dir),
-            "evaluation": evaluation,
-            "phase_path": str(phase_path),
-            # The task's scratch space lives in the evaluation's own directory, thrown away with it.
-            "resources": {"work_dir": str(work_dir / "scratch"), **(resources or {})},
-            "replicate": replicate,
-        },
-    )
+    request = write_request(task_settings, model_dir, eval_dir, evaluation, work_dir, resources, replicate)
+    result_path, error_path = work_dir / "result.json", work_dir / "error.json"
+    log_path, phase_path = work_dir / "eval.log", work_dir / "phase.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS_DIR), env.get("PYTHONPATH")]))
     if gpu is not None:
@@ -291,6 +326,14 @@ def _outcome(
 def _child_main(request_path: str, result_path: str, error_path: str, parent_pid: str) -> None:
     """The child: arm the lifeline first, then evaluate; on failure record the phase it failed in."""
     die_with_parent(int(parent_pid))
+    if not serve_request(request_path, result_path, error_path):
+        sys.exit(1)
+
+
+def serve_request(request_path: str | Path, result_path: str | Path, error_path: str | Path) -> bool:
+    """Evaluate one request file (run_in_child's, or a warm worker's: rlbench.workers), writing
+    the result file, or the error file with the phase it failed in; True on success. The exception
+    itself is printed (its traceback goes to the evaluation's log), never raised."""
     phase = "setup"
     phase_path: Path | None = None
 
@@ -316,14 +359,23 @@ def _child_main(request_path: str, result_path: str, error_path: str, parent_pid
         )
         enter("writing")
         write_json(Path(result_path), result)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - recorded with its phase; KeyboardInterrupt/SystemExit re-raised
         fault = "model" if phase in MODEL_PHASES else "harness"
         write_json(
             Path(error_path),
             {"phase": phase, "fault": fault, "type": type(exc).__name__, "error": f"{type(exc).__name__}: {exc}"},
         )
-        raise
+        if not isinstance(exc, Exception):
+            raise
+        traceback.print_exception(exc)
+        return False
+    return True
 
 
 if __name__ == "__main__":
-    _child_main(*sys.argv[1:5])
+    if sys.argv[1:2] == ["--worker"]:
+        from rlbench.workers import worker_main
+
+        worker_main(*sys.argv[2:])
+    else:
+        _child_main(*sys.argv[1:5])

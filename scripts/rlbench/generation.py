@@ -7,6 +7,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 BACKENDS = ("auto", "hf", "vllm")
+# The share of the GPU's memory vLLM may take (its own default is 0.9): the grader evaluates on the
+# agent's GPU while the agent trains there (config: evaluation.gpu_memory_utilization).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.45
 
 
 class GenerationBackend(ABC):
@@ -108,7 +111,7 @@ class VLLMBackend(GenerationBackend):
 
     name = "vllm"
 
-    def __init__(self, model_dir: Path, batch_size: int = 256):
+    def __init__(self, model_dir: Path, batch_size: int = 256, gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION):
         if importlib.util.find_spec("vllm") is None:
             raise RuntimeError(
                 "the vllm generation backend needs the gpu extra: pip install -e '.[gpu]' "
@@ -116,7 +119,9 @@ class VLLMBackend(GenerationBackend):
             )
         from vllm import LLM, SamplingParams
 
-        self.llm = LLM(model=str(model_dir), trust_remote_code=False, seed=0)
+        self.llm = LLM(
+            model=str(model_dir), trust_remote_code=False, seed=0, gpu_memory_utilization=gpu_memory_utilization
+        )
         self.sampling = SamplingParams
         self.batch_size = batch_size
 
@@ -141,8 +146,12 @@ def resolve_backend_name(name: str) -> str:
     return "vllm" if torch.cuda.is_available() else "hf"
 
 
-def load_backend(name: str, model_dir: Path, batch_size: int = 32) -> GenerationBackend:
+def load_backend(
+    name: str, model_dir: Path, batch_size: int = 32, gpu_memory_utilization: float | None = None
+) -> GenerationBackend:
     resolved = resolve_backend_name(name)
     if resolved == "vllm":
-        return VLLMBackend(model_dir, batch_size=batch_size)
+        return VLLMBackend(
+            model_dir, batch_size=batch_size, gpu_memory_utilization=gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+        )
     return HFBackend(model_dir, batch_size=batch_size)

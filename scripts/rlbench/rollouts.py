@@ -27,7 +27,7 @@ import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from rlbench.generation import _eos_ids, cut_at_stop, resolve_backend_name
+from rlbench.generation import DEFAULT_GPU_MEMORY_UTILIZATION, _eos_ids, cut_at_stop, resolve_backend_name
 
 TEXT_GENERATORS = ("auto", "hf", "vllm", "reference")
 
@@ -746,10 +746,11 @@ def load_text_generator(name: str, model_dir: Path, device: str | None = None, *
     """'hf' -> CachedBatchGenerator, 'vllm' -> VLLMTextGenerator, 'auto' -> vllm when CUDA and vllm
     are both present, else hf (generation.resolve_backend_name); 'reference' -> FullPromptGenerator
     (the reference harness's one-prompt-at-a-time loop, for comparisons)."""
+    memory = kwargs.pop("gpu_memory_utilization", None)  # vLLM's only
     if name == "reference":
         return FullPromptGenerator(model_dir, device=device, **kwargs)
     if name not in TEXT_GENERATORS:
         raise ValueError(f"unknown text generator {name!r}; allowed: {', '.join(TEXT_GENERATORS)}")
     if resolve_backend_name(name) == "vllm":
-        return VLLMTextGenerator(model_dir, **kwargs)
+        return VLLMTextGenerator(model_dir, gpu_memory_utilization=memory or DEFAULT_GPU_MEMORY_UTILIZATION, **kwargs)
     return CachedBatchGenerator(model_dir, device=device, **kwargs)

@@ -507,6 +507,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             provenance=record_provenance,
         )
     )
+    grader.warm_up()  # the evaluation worker imports torch while the agent starts
     exit_code, timed_out, error, status, strays = None, False, None, "error", 0
     plan = sandbox.SandboxPlan("none", command, "not started")
     cli = None

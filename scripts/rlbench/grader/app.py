@@ -48,7 +48,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rlbench.evaluation import EvaluationError, GraderFault, run_in_child
+from rlbench.evaluation import EvaluationError, GraderFault
 from rlbench.grader.checks import (
     SubmissionRefused,
     checkpoint_manifest,
@@ -72,11 +72,12 @@ from rlbench.ledger import (
 )
 from rlbench.recording import CODE_GIT, CodeRepository
 from rlbench.tasks.base import public_metrics
+from rlbench.workers import WorkerPool
 
 LEDGER = "ledger.jsonl"
 # Ledger fields the agent never gets back (they stay in grader/ledger.jsonl). error_detail: a
 # failure's full story, which may quote the held-out split (rlbench.evaluation).
-PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance", "error_detail")
+PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance", "error_detail", "eval_timing")
 # submissions.json lists this many of the most recent requests (its totals count them all): it is
 # rewritten on every request, and must not cost more the more requests there were. (The agent's
 # INSTRUCTIONS, rlbench.workspace, give this number.)
@@ -167,6 +168,8 @@ class Grader:
         self._state_lock = threading.Lock()
         self._idle = threading.Condition()
         self._inflight = 0
+        # Where evaluations run: a warm worker per GPU set, or a fresh process each (rlbench.workers).
+        self.workers = WorkerPool.from_settings(config.grader_dir / "workers", config.evaluation)
         self._gpu_locks = {gpu: threading.Lock() for gpu in self.available_gpus or ["cpu"]}
         self._content_locks: dict[str, threading.Lock] = {}  # fingerprint -> in-flight lock (_score)
         self._content_locks_guard = threading.Lock()
@@ -476,6 +479,10 @@ class Grader:
             # Numbers only: the child's result also holds the items (completions), which may quote the split.
             numbers = public_metrics(outcome)
             result["eval_seconds"] = float(outcome["eval_seconds"])
+            result["eval_timing"] = {  # where the time went (private: the grader's own bookkeeping)
+                "phase_seconds": outcome.get("phase_seconds"),
+                "worker": outcome.get("worker") or {"mode": "fresh", "reused": False},
+            }
             self._cache[digest] = numbers  # only successes are cached; failures are retried
         result.update(numbers)
         result.update(
@@ -485,7 +492,7 @@ class Grader:
         return result
 
     def _evaluate(self, digest: str, model_copy: Path, work_dir: Path, gpus: list[str]) -> dict:
-        """run_in_child, with a bound on the grader faults one content may cause.
+        """The evaluation (in a worker: rlbench.workers), with a bound on the grader faults one content may cause.
 
         A child killed by a signal while the model was loaded or run is a grader error (retryable):
         the machine may have been short of memory for other reasons. But the same weights killed
@@ -493,7 +500,7 @@ class Grader:
         next one is answered as the model's failure (422), so that an agent cannot be told to
         retry it forever. Called with the content's lock held: the count is per content."""
         try:
-            return run_in_child(
+            return self.workers.evaluate(
                 self.config.task_settings,
                 model_copy,
                 self.config.eval_dir,
@@ -654,6 +661,15 @@ class Grader:
             shutil.rmtree(self.best_model_dir)
         staging.rename(self.best_model_dir)
         write_json(self.config.grader_dir / "best.json", best)
+
+    def warm_up(self) -> None:
+        """Start the evaluation worker of the default GPU set now, so that the first submission
+        finds torch and the task modules imported (the runner calls it as the run starts)."""
+        self.workers.prestart(",".join(self.available_gpus[:1]) or None)
+
+    def close(self) -> None:
+        """Stop the evaluation workers (the run is over; an evaluation still running is abandoned)."""
+        self.workers.close()
 
     def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until no evaluation is in flight (used before the run is closed), at most timeout_s

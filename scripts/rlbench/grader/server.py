@@ -52,6 +52,7 @@ class GradingServer:
         ledger line, and its child process dies with this one (rlbench.lifeline)."""
         drained = self.grader.drain(self.drain_timeout_s)
         self.server.should_exit = True
+        self.grader.close()  # the evaluation workers; one still evaluating is killed
         self.thread.join(timeout=30 if drained else 5)
         self.socket.close()
 

@@ -213,7 +213,10 @@ class EvalContext:
 
             self.phase("loading")
             self._generator = load_backend(
-                self.evaluation.get("backend", "auto"), Path(self.model_dir), self.evaluation.get("batch_size", 32)
+                self.evaluation.get("backend", "auto"),
+                Path(self.model_dir),
+                self.evaluation.get("batch_size", 32),
+                self.evaluation.get("gpu_memory_utilization"),
             )
             self.phase("generating")
         return self._generator
@@ -228,7 +231,11 @@ class EvalContext:
             from rlbench.rollouts import load_text_generator
 
             self.phase("loading")
-            self._text_generator = load_text_generator(self.evaluation.get("backend", "auto"), Path(self.model_dir))
+            self._text_generator = load_text_generator(
+                self.evaluation.get("backend", "auto"),
+                Path(self.model_dir),
+                gpu_memory_utilization=self.evaluation.get("gpu_memory_utilization"),
+            )
             self.phase("generating")
         return self._text_generator
 

@@ -1,0 +1,162 @@
+"""Warm evaluation workers (rlbench.workers): reused across submissions, scored exactly as a fresh
+process scores, and contained: a worker that dies, hangs or fails costs only its own submission."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from conftest import EVALUATION, GSM8K_SETTINGS
+from rlbench.evaluation import run_in_child
+from rlbench.jsonio import read_json
+from rlbench.workers import WorkerPool
+from test_grader import copy_model, perturb
+from test_grader_hardening import assert_consistent, evaluation_children, gone, wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def submit(server, path: str) -> requests.Response:
+    return requests.post(f"{server.url}/submit", json={"model_path": path}, timeout=300)
+
+
+def items(result: dict) -> list:
+    return [item.get("completion") for item in result["items"]]
+
+
+def test_one_warm_worker_answers_every_submission_as_a_fresh_process_would(workspace, start_grader, tiny_model, gsm8k_data, tmp_path):
+    server = start_grader(workspace)
+    for k in (1, 2):
+        model = copy_model(tiny_model, workspace / "output" / f"v{k}")
+        for _ in range(k):
+            perturb(model)
+    first, second = submit(server, "output/v1"), submit(server, "output/v2")
+    assert first.status_code == second.status_code == 200
+    assert [first.json()["status"], second.json()["status"]] == ["scored", "scored"]
+    assert server.grader.workers.starts == 1  # one process for both (plus none waiting to replace it)
+    timing = [e["eval_timing"] for e in server.grader.entries]
+    assert [t["worker"]["reused"] for t in timing] == [False, True]
+    assert set(timing[1]["phase_seconds"]) >= {"setup", "loading", "generating", "scoring"}
+    assert "eval_timing" not in second.json()  # the grader's own bookkeeping, not the agent's
+    # The reused worker's evaluation of v2 is the one a fresh interpreter gives, completion for completion.
+    warm = read_json(server.grader.snapshots / "0002" / "eval" / "result.json")
+    fresh = run_in_child(GSM8K_SETTINGS, workspace / "output" / "v2", gsm8k_data[1], EVALUATION, tmp_path / "fresh")
+    assert items(warm) == items(fresh) and warm["score"] == fresh["score"] == second.json()["score"]
+    assert_consistent(server)
+
+
+def test_a_worker_killed_while_idle_costs_no_submission(workspace, start_grader, tiny_model):
+    server = start_grader(workspace)
+    perturb(copy_model(tiny_model, workspace / "output" / "v1"))
+    second = copy_model(tiny_model, workspace / "output" / "v2")
+    perturb(second)
+    perturb(second)
+    assert submit(server, "output/v1").status_code == 200
+    worker = wait_for(evaluation_children)[0]
+    worker.send_signal(signal.SIGKILL)
+    wait_for(lambda: gone(worker), timeout=30)
+    response = submit(server, "output/v2")
+    assert response.status_code == 200 and response.json()["status"] == "scored"
+    assert server.grader.workers.starts == 2
+    assert [e["status"] for e in assert_consistent(server)] == ["scored", "scored"]
+
+
+def test_a_worker_past_the_timeout_is_stopped_and_replaced(workspace, start_grader, tiny_model, tmp_path):
+    """The held-out split is a FIFO nobody writes: the evaluation hangs until the timeout."""
+    from rlbench.tasks.gsm8k import EVAL_FILE
+
+    server = start_grader(workspace)
+    server.grader.config.evaluation = {**EVALUATION, "eval_timeout_s": 10}
+    split = tmp_path / "fifo-split"
+    split.mkdir()
+    os.mkfifo(split / EVAL_FILE)
+    real_split, server.grader.config.eval_dir = server.grader.config.eval_dir, split
+    perturb(copy_model(tiny_model, workspace / "output" / "v1"))
+    hung = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(submit, server, "output/v1")
+        hung = wait_for(evaluation_children)
+        response = pending.result()
+    assert response.status_code == 422 and "longer than 10 s" in response.json()["error"]
+    wait_for(lambda: all(gone(p) for p in hung), timeout=30)  # the hung worker was killed
+    server.grader.config.eval_dir = real_split
+    again = submit(server, "output/v1")
+    assert again.status_code == 200 and again.json()["status"] == "scored"  # failures are not cached
+    assert server.grader.workers.starts == 2
+
+
+def test_fresh_mode_starts_a_process_per_evaluation(workspace, start_grader, tiny_model):
+    server = start_grader(workspace)
+    server.grader.workers.mode = "fresh"
+    perturb(copy_model(tiny_model, workspace / "output" / "v1"))
+    response = submit(server, "output/v1")
+    assert response.status_code == 200 and response.json()["status"] == "scored"
+    assert server.grader.workers.starts == 0
+    assert server.grader.entries[-1]["eval_timing"]["worker"] == {"mode": "fresh", "reused": False}
+
+
+def test_unknown_worker_mode_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="warm, fresh"):
+        WorkerPool(tmp_path, mode="hot")
+
+
+POOL_PARENT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from rlbench.workers import WorkerPool
+import json
+settings, model, eval_dir, work = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+pool = WorkerPool(Path(work) / "workers")
+pool.evaluate(json.loads(settings), Path(model), Path(eval_dir), {"backend": "hf", "batch_size": 8}, Path(work))
+"""
+
+
+def test_a_warm_worker_dies_with_its_grader(tmp_path, tiny_model):
+    """kill -9 of the grader while its worker evaluates leaves no worker behind (the lifeline is
+    tied to the worker slot's own thread, which lives as long as the grader)."""
+    from rlbench.tasks.gsm8k import EVAL_FILE
+
+    eval_dir = tmp_path / "split"
+    eval_dir.mkdir()
+    os.mkfifo(eval_dir / EVAL_FILE)  # the worker blocks reading it, mid-evaluation
+    parent = subprocess.Popen(
+        [sys.executable, "-c", POOL_PARENT, str(REPO / "scripts"), json.dumps(GSM8K_SETTINGS), str(tiny_model),
+         str(eval_dir), str(tmp_path / "eval")]
+    )
+    worker = None
+    try:
+        worker = wait_for(lambda: evaluation_children(psutil.Process(parent.pid)), timeout=60)[0]
+        phase = tmp_path / "eval" / "phase.json"
+        wait_for(lambda: phase.exists() and read_json(phase).get("phase") == "generating", timeout=120)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=30)
+        wait_for(lambda: gone(worker), timeout=30)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if worker is not None and not gone(worker):
+            worker.kill()
+
+
+def test_evaluation_error_of_a_worker_is_the_models(workspace, start_grader, tiny_model):
+    """A checkpoint that cannot load fails its submission (422) and the worker that tried is not reused."""
+    server = start_grader(workspace)
+    broken = copy_model(tiny_model, workspace / "output" / "broken")
+    config = json.loads((broken / "config.json").read_text())
+    config["hidden_size"] = config["hidden_size"] * 2  # the weights no longer fit the architecture
+    (broken / "config.json").write_text(json.dumps(config))
+    response = submit(server, "output/broken")
+    assert response.status_code == 422 and response.json()["reason"] == "evaluation_failed"
+    perturb(copy_model(tiny_model, workspace / "output" / "v1"))
+    assert submit(server, "output/v1").status_code == 200
+    assert server.grader.workers.starts == 2  # the failed one was replaced
