@@ -24,7 +24,15 @@ import requests
 
 from rlbench import cli, recording
 from rlbench import diagnostics as d
-from rlbench.grader.checks import checkpoint_files, checkpoint_manifest, fingerprint, workspace_checkpoint_manifest
+from rlbench.grader.checks import (
+    checkpoint_files,
+    checkpoint_manifest,
+    fingerprint,
+    fingerprint_matches,
+    legacy_fingerprint,
+    manifest_fingerprint,
+    workspace_checkpoint_manifest,
+)
 from rlbench.jsonio import read_json, read_jsonl, write_json
 from rlbench.recording import CODE_GIT, CodeRepository, ResourceSampler, summarize_trace, tree_of, workspace_usage
 from test_grader import copy_model
@@ -46,7 +54,7 @@ def git(git_dir: Path, *args: str) -> str:
 
 
 def old_fingerprint(model_dir: Path) -> str:
-    """fingerprint() as it was before checkpoint_manifest: the value caches and ledgers hold."""
+    """fingerprint() as it was before the manifest-based definition: what earlier ledgers hold."""
     digest = hashlib.sha256()
     for rel in checkpoint_files(model_dir):
         digest.update(os.fsencode(rel) + b"\0")
@@ -240,7 +248,7 @@ def test_checkpoint_record_per_submission(workspace, start_grader, tiny_model):
     submit(server, "output/v1")
     entry = list(read_jsonl(server.grader.ledger_path))[0]
     record = read_json(workspace.parent / "grader" / "snapshots" / "0001" / "checkpoint.json")
-    assert record["fingerprint"] == entry["fingerprint"] == fingerprint(model) == old_fingerprint(model)
+    assert record["fingerprint"] == entry["fingerprint"] == fingerprint(model) == manifest_fingerprint(record["files"])
     expected = [
         {
             "name": str(rel),
@@ -254,9 +262,13 @@ def test_checkpoint_record_per_submission(workspace, start_grader, tiny_model):
     assert abs(record["recorded_at"] - time.time()) < 120
 
 
-def test_fingerprint_value_is_unchanged(tiny_model):
+def test_fingerprints_recorded_before_the_manifest_definition_still_match(tiny_model):
     manifest = checkpoint_manifest(tiny_model)
-    assert fingerprint(tiny_model) == manifest["fingerprint"] == old_fingerprint(tiny_model)
+    assert fingerprint(tiny_model) == manifest["fingerprint"] == manifest_fingerprint(manifest["files"])
+    assert legacy_fingerprint(tiny_model) == old_fingerprint(tiny_model) != fingerprint(tiny_model)
+    assert fingerprint_matches(tiny_model, old_fingerprint(tiny_model))  # a run recorded before
+    assert fingerprint_matches(tiny_model, fingerprint(tiny_model))
+    assert not fingerprint_matches(tiny_model, "0" * 64)
 
 
 def test_workspace_checkpoint_manifest_follows_no_link(tmp_path, tiny_model):

@@ -56,7 +56,7 @@ from rlbench.grader.checks import (
     inspect_checkpoint,
     requested_gpus,
     resolve_submission,
-    snapshot_checkpoint,
+    take_snapshot,
     snapshot_code,
 )
 from rlbench.jsonio import append_jsonl, encoded_list, write_json, write_text
@@ -371,10 +371,14 @@ class Grader:
             model_dir = resolve_submission(self.config.workspace, model_path)
             # Copied first, following no link; from here on only the copy is read (grader.checks).
             copy = self.snapshots / f"{submission_id:04d}" / "model"
-            names = snapshot_checkpoint(self.config.workspace, model_dir, copy)
-            inspect_checkpoint(copy, names)
+            # One read of the agent's files: copied (or cloned) and hashed in the same pass.
+            started = time.perf_counter()
+            snapshot = take_snapshot(self.config.workspace, model_dir, copy)
+            inspect_checkpoint(copy, snapshot.names)
+            # checkpoint.json also says how the copy was made and what it cost
+            manifest = {**snapshot.manifest, "method": snapshot.method, "seconds": round(time.perf_counter() - started, 3)}
             entry["resolved_path"] = str(model_dir.relative_to(os.path.realpath(self.config.workspace)))
-            entry.update(self._score(submission_id, copy, gpus, held, entry))
+            entry.update(self._score(submission_id, copy, gpus, held, entry, manifest))
             entry["status"] = "cached" if entry["cached"] else "scored"
         except SubmissionRefused as refused:
             status = refused.status
@@ -443,7 +447,13 @@ class Grader:
             return self._content_locks.setdefault(digest, threading.Lock())
 
     def _score(
-        self, submission_id: int, model_copy: Path, gpus: list[str], held: ExitStack, entry: dict | None = None
+        self,
+        submission_id: int,
+        model_copy: Path,
+        gpus: list[str],
+        held: ExitStack,
+        entry: dict | None = None,
+        manifest: dict | None = None,
     ) -> dict:
         """Score a checkpoint, evaluating each distinct content once.
 
@@ -454,7 +464,7 @@ class Grader:
         while holding a GPU lock, so the two orders never cross. Failures are not cached: a
         waiter behind a failed evaluation evaluates again.
 
-        model_copy: the grader's copy of the checkpoint (snapshot_checkpoint), in its submission's
+        model_copy: the grader's copy of the checkpoint (take_snapshot), in its submission's
         snapshot directory: the agent may overwrite its own directory while we evaluate. entry:
         the submission's ledger entry, given its `code_revision` here (whatever happens next).
         The code snapshot, its commit and checkpoint.json are audit records: they never fail the
@@ -464,7 +474,8 @@ class Grader:
         revision = self._commit_code(submission_id, pending / "code", (entry or {}).get("submitted_at"))
         if entry is not None:
             entry["code_revision"] = revision
-        manifest = checkpoint_manifest(model_copy)  # the fingerprint and each file's digest, one read
+        if manifest is None:  # take_snapshot's, from the copy's one read; else read the copy now
+            manifest = checkpoint_manifest(model_copy)
         digest = manifest["fingerprint"]
         self._write_checkpoint_record(pending, model_copy, manifest)
         held.enter_context(self._content_lock(digest))

@@ -3,9 +3,10 @@
 The agent owns its workspace and may change it at any moment, including while the grader looks at
 it. So the grader never loads, hashes or inspects the workspace itself: it copies the checkpoint
 first, without following a single symbolic link (every directory and file opened relative to its
-parent's descriptor with O_NOFOLLOW), then inspects, fingerprints and evaluates the copy. Whatever
-the agent swaps in between, what gets scored is what was copied, and the copy holds only regular
-files that were inside the workspace.
+parent's descriptor with O_NOFOLLOW) and fingerprinting it in the same read (or, where the file
+system offers copy-on-write clones, cloning each file and hashing the clone), then inspects and
+evaluates the copy. Whatever the agent swaps in between, what gets scored is what was copied, and
+the copy holds only regular files that were inside the workspace.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ import errno
 import hashlib
 import json
 import os
+import queue
 import shutil
 import stat
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
@@ -250,64 +255,195 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     return sorted(files)
 
 
-class _Fingerprint:
-    """The running fingerprint of a checkpoint (sha256 over each file's name and content, in
-    checkpoint_files order) and, when `per_file`, each file's own size and sha256, computed from
-    the same blocks in the same pass."""
-
-    def __init__(self, per_file: bool):
-        self.digest = hashlib.sha256()
-        self.per_file = per_file
-        self.files: list[dict] = []
-
-    def add(self, rel: PurePosixPath | Path, blocks: Iterator[bytes]) -> None:
-        self.digest.update(os.fsencode(rel) + b"\0")  # = str(rel).encode() for UTF-8 names; never raises
-        own = hashlib.sha256() if self.per_file else None
-        size = 0
-        for block in blocks:
-            self.digest.update(block)
-            if own is not None:
-                own.update(block)
-                size += len(block)
-        self.digest.update(b"\0")
-        if own is not None:
-            self.files.append({"name": str(rel), "size": size, "sha256": own.hexdigest()})
+# -- fingerprints ---------------------------------------------------------------------------------
+# A checkpoint's fingerprint is a digest of its manifest: sha256 over this tag, then for each
+# checkpoint file, in checkpoint_files order, its relative name (as bytes; a name holds no NUL),
+# NUL, its size in decimal, NUL, its own sha256 (64 hex digits), LF. Each file's sha256 is the
+# plain one (`sha256sum FILE`), so one sha256 pass over each byte gives both, and anyone can
+# recompute the fingerprint from a checkpoint.json (manifest_fingerprint). Runs recorded before
+# this definition hold legacy fingerprints (legacy_fingerprint): fingerprint_matches accepts both.
+FINGERPRINT_TAG = b"rlbench checkpoint fingerprint v2\n"
+# How checkpoint files are read: in blocks of STREAM_BLOCK bytes, through STREAM_BUFFERS reusable
+# buffers, each block hashed (and written, for a copy) in threads while the next one is read.
+STREAM_BLOCK = 8 << 20
+STREAM_BUFFERS = 4
+# A kernel copy (copy_file_range) goes this many bytes at a time, each hashed from the copy while
+# the next is copied; checkpoint files are snapshot by up to SNAPSHOT_THREADS threads at once (a
+# sharded checkpoint is hashed on several cores).
+KERNEL_COPY_BLOCK = 32 << 20
+SNAPSHOT_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
-def _blocks(handle) -> Iterator[bytes]:
-    while block := handle.read(1 << 20):
-        yield block
+def manifest_order(name: str) -> tuple[str, ...]:
+    """The sort key of a manifest's file names: the order of checkpoint_files (by path component)."""
+    return PurePosixPath(name).parts
 
 
-def _fingerprint(model_dir: Path, per_file: bool) -> _Fingerprint:
-    running = _Fingerprint(per_file)
-    for rel in checkpoint_files(model_dir):
-        with open(model_dir / rel, "rb") as handle:
-            running.add(rel, _blocks(handle))
-    return running
+def manifest_fingerprint(files: list[dict]) -> str:
+    """The fingerprint of a checkpoint from its manifest's files ({"name", "size", "sha256"}, in
+    manifest_order): what fingerprint() and checkpoint_manifest() give, without reading a byte."""
+    digest = hashlib.sha256(FINGERPRINT_TAG)
+    for f in files:
+        digest.update(b"%s\0%d\0%s\n" % (os.fsencode(f["name"]), f["size"], f["sha256"].encode("ascii")))
+    return digest.hexdigest()
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Streamer:
+    """Reads a file once, in big blocks through a few reusable buffers (bounded memory), hashing
+    each block and, for a copy, writing it. The calling thread reads; a hashing thread and a
+    writing thread take each block in turn (hashlib and os.write release the GIL on big buffers),
+    so reading, hashing and writing overlap: the cost is the slowest of the three, not their sum."""
+
+    def __init__(self, block: int | None = None, buffers: int | None = None):
+        self.block = block or STREAM_BLOCK
+        self.count = max(buffers or STREAM_BUFFERS, 2)
+        self._buffers: list[bytearray] = []
+
+    def buffers(self) -> list[bytearray]:
+        if not self._buffers:
+            self._buffers = [bytearray(self.block) for _ in range(self.count)]
+        return self._buffers
+
+    def stream(self, src: int, size: int, out: int | None = None, name: str = "") -> tuple[int, str]:
+        """Read src (a blocking descriptor, from its current offset) up to `size` bytes or its end
+        (a file truncated meanwhile: what there was), writing every block to `out` when given;
+        returns (bytes read, their sha256). A read error raises Unreadable (named `name`); a write
+        error stays a plain OSError."""
+        digest = hashlib.sha256()
+        if size <= self.block:  # one block (config.json, tokenizer files): no threads
+            view = memoryview(self._buffers[0] if self._buffers else bytearray(size))
+            total = 0
+            while total < size:
+                n = self._read(src, view[total:size], name)
+                if n == 0:
+                    break
+                total += n
+            digest.update(view[:total])
+            if out is not None:
+                _write_all(out, view[:total])
+            return total, digest.hexdigest()
+        return self._pipelined(src, size, out, name, digest)
+
+    @staticmethod
+    def _read(src: int, view: memoryview, name: str) -> int:
+        try:
+            return os.readv(src, [view])
+        except OSError as exc:
+            raise Unreadable(exc.errno, exc.strerror, name) from None
+
+    def _pipelined(self, src: int, size: int, out: int | None, name: str, digest) -> tuple[int, str]:
+        free: queue.SimpleQueue = queue.SimpleQueue()
+        to_hash: queue.SimpleQueue = queue.SimpleQueue()
+        to_write: queue.SimpleQueue | None = queue.SimpleQueue() if out is not None else None
+        failed: list[BaseException] = []  # a worker's first error; the others then only pass blocks on
+        for buffer in self.buffers():
+            free.put(buffer)
+
+        def hasher() -> None:
+            while (item := to_hash.get()) is not None:
+                if not failed:
+                    try:
+                        digest.update(memoryview(item[0])[: item[1]])
+                    except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+                        failed.append(exc)
+                (to_write or free).put(item if to_write is not None else item[0])
+            if to_write is not None:
+                to_write.put(None)
+
+        def writer() -> None:
+            while (item := to_write.get()) is not None:
+                if not failed:
+                    try:
+                        _write_all(out, memoryview(item[0])[: item[1]])
+                    except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+                        failed.append(exc)
+                free.put(item[0])
+
+        threads = [threading.Thread(target=hasher, name="snapshot-hash", daemon=True)]
+        if to_write is not None:
+            threads.append(threading.Thread(target=writer, name="snapshot-write", daemon=True))
+        for thread in threads:
+            thread.start()
+        total = 0
+        try:
+            while total < size and not failed:
+                buffer = free.get()
+                n = self._read(src, memoryview(buffer)[: min(size - total, self.block)], name)
+                if n == 0:
+                    break  # truncated while read: what there was
+                total += n
+                to_hash.put((buffer, n))
+        finally:
+            to_hash.put(None)
+            for thread in threads:
+                thread.join()
+        if failed:
+            raise failed[0]
+        return total, digest.hexdigest()
+
+
+def _file_entry(rel, size: int, sha256: str) -> dict:
+    return {"name": str(rel), "size": size, "sha256": sha256}
 
 
 def fingerprint(model_dir: Path) -> str:
-    """sha256 over the checkpoint's file names and contents; equal weights, equal fingerprint."""
-    return _fingerprint(model_dir, per_file=False).digest.hexdigest()
+    """The checkpoint's fingerprint (see FINGERPRINT_TAG): equal checkpoint files, equal fingerprint."""
+    return checkpoint_manifest(model_dir)["fingerprint"]
 
 
 def checkpoint_manifest(model_dir: Path) -> dict:
     """The fingerprint (the same value as fingerprint()) and each checkpoint file's name, size and
     sha256, all from one read of the files. For the grader's own copies (it follows no link in
     model_dir's tree, as checkpoint_files, but checks nothing): see workspace_checkpoint_manifest
-    for a directory of the agent's."""
-    running = _fingerprint(model_dir, per_file=True)
-    return {"fingerprint": running.digest.hexdigest(), "files": running.files}
+    for a directory of the agent's, take_snapshot for the copy and its manifest in one read."""
+    streamer = _Streamer()
+    files = []
+    for rel in checkpoint_files(model_dir):
+        fd = os.open(model_dir / rel, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size, sha256 = streamer.stream(fd, os.fstat(fd).st_size, name=str(rel))
+        finally:
+            os.close(fd)
+        files.append(_file_entry(rel, size, sha256))
+    return {"fingerprint": manifest_fingerprint(files), "files": files}
+
+
+def legacy_fingerprint(model_dir: Path) -> str:
+    """The fingerprint as runs recorded before FINGERPRINT_TAG hold it: sha256 over each checkpoint
+    file's name, NUL, content, NUL, in checkpoint_files order (a second pass over every byte)."""
+    digest = hashlib.sha256()
+    for rel in checkpoint_files(model_dir):
+        digest.update(os.fsencode(rel) + b"\0")
+        with open(model_dir / rel, "rb") as handle:
+            while block := handle.read(STREAM_BLOCK):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def fingerprint_matches(model_dir: Path, expected: str | None, current: str | None = None) -> bool:
+    """Whether model_dir's checkpoint files are those `expected` fingerprints, by the current
+    definition or, failing that, by the legacy one (a run recorded before it). `current`: model_dir's
+    fingerprint() when the caller already has it (saves a read)."""
+    if not isinstance(expected, str) or not expected:
+        return False
+    if (current if current is not None else fingerprint(model_dir)) == expected:
+        return True
+    return legacy_fingerprint(model_dir) == expected
 
 
 def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: int | None = None) -> dict:
     """checkpoint_manifest of a directory inside the agent's workspace, read as the grader reads a
     submission: following no link (a checkpoint file that is a link, a FIFO or a device is left out
-    and named in `skipped`), each file opened relative to its directory with O_NOFOLLOW. The
-    fingerprint is the one the grader would give the same regular files (None when something was
-    skipped, unreadable, or when the files hold more than max_bytes: then `files` lists names and
-    sizes only, and `truncated` says why)."""
+    and named in `skipped`), each file opened relative to its directory with O_NOFOLLOW and read up
+    to the size it had when opened. The fingerprint is the one the grader would give the same
+    regular files (None when something was skipped, unreadable, or when the files hold more than
+    max_bytes: then `files` lists names and sizes only, and `truncated` says why)."""
     root = Path(os.path.realpath(workspace))
     result: dict = {"fingerprint": None, "files": [], "skipped": [], "truncated": None}
     try:
@@ -315,7 +451,8 @@ def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: i
     except (OSError, ValueError) as exc:
         result["truncated"] = f"not a directory of the workspace ({exc.__class__.__name__})"
         return result
-    running = _Fingerprint(per_file=True)
+    streamer = _Streamer()
+    hashed: list[dict] = []
     total = 0
     try:
         walk = _walk(top, CHECKPOINT_MAX_DEPTH, skip_unreadable=True)
@@ -338,12 +475,13 @@ def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: i
                     result["skipped"].append(str(entry.rel))
                     continue
                 try:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
                         result["skipped"].append(str(entry.rel))
                         continue
                     os.set_blocking(fd, True)
-                    with os.fdopen(os.dup(fd), "rb") as handle:
-                        running.add(entry.rel, _blocks(handle))
+                    size, sha256 = streamer.stream(fd, st.st_size, name=str(entry.rel))
+                    hashed.append(_file_entry(entry.rel, size, sha256))
                 except OSError:
                     result["skipped"].append(str(entry.rel))
                     result["truncated"] = result["truncated"] or "a file could not be read"
@@ -353,10 +491,11 @@ def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: i
             walk.close()
     finally:
         os.close(top)
+    hashed.sort(key=lambda f: manifest_order(f["name"]))
     if result["truncated"] is None and not result["skipped"]:
-        result["fingerprint"] = running.digest.hexdigest()
-    result["files"] = running.files + result["files"]  # hashed, then those left unhashed
-    result["files"].sort(key=lambda f: PurePosixPath(f["name"]).parts)
+        result["fingerprint"] = manifest_fingerprint(hashed)
+    result["files"] = hashed + result["files"]  # hashed, then those left unhashed
+    result["files"].sort(key=lambda f: manifest_order(f["name"]))
     result["bytes"] = total
     return result
 
@@ -511,18 +650,209 @@ def _top_level_names(dir_fd: int) -> list[str]:
     return sorted(names)
 
 
-def snapshot_checkpoint(workspace: Path, model_dir: Path, dest: Path) -> list[str]:
+# Linux's FICLONE ioctl (linux/fs.h: _IOW(0x94, 9, int)): make dest share src's extents (reflink).
+FICLONE = 0x40049409
+# What a file system without reflinks (ext4, tmpfs, overlayfs) or a clone across file systems
+# answers: the snapshot copies the bytes instead, and tries no other clone.
+_CLONE_UNSUPPORTED = frozenset(
+    {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.ENOSYS, errno.EPERM}
+)
+
+
+def _clone(src_fd: int, dest_fd: int) -> None:
+    """Make dest_fd's file a copy-on-write clone of src_fd's whole file (OSError where unsupported)."""
+    if sys.platform != "linux":
+        raise OSError(errno.EOPNOTSUPP, "no FICLONE outside Linux")
+    import fcntl
+
+    fcntl.ioctl(dest_fd, FICLONE, src_fd)
+
+
+# copy_file_range errors that are the copy's (the grader's disk), not the agent's file.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+# copy_file_range errors that mean "not between these files here": copy through the process instead.
+_KERNEL_COPY_UNSUPPORTED = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+def _kernel_copy(src: int, out: int, size: int, name: str, streamer: _Streamer) -> tuple[int, str] | None:
+    """Copy `size` bytes (or what there is) of src into out with copy_file_range, in blocks,
+    while a thread hashes each block as it reads it back from the copy: (bytes, sha256) of the
+    copy, or None when the kernel will not copy between these two files (nothing copied yet).
+    A write failure (a full disk) stays a plain OSError; any other is Unreadable (the agent's file)."""
+    blocks: queue.SimpleQueue = queue.SimpleQueue()
+    digest = hashlib.sha256()
+    failed: list[BaseException] = []
+    buffer = memoryview(bytearray(streamer.block))
+
+    def hasher() -> None:
+        while (item := blocks.get()) is not None:
+            if failed:
+                continue
+            offset, length = item
+            try:
+                while length:
+                    got = os.preadv(out, [buffer[: min(length, len(buffer))]], offset)
+                    if got == 0:
+                        raise OSError(errno.EIO, "the copy is shorter than what was copied")
+                    digest.update(buffer[:got])
+                    offset, length = offset + got, length - got
+            except BaseException as exc:  # noqa: BLE001 - handed to the copying thread
+                failed.append(exc)
+
+    thread = threading.Thread(target=hasher, name="snapshot-hash", daemon=True)
+    total = 0
+    started = False
+    try:
+        while total < size and not failed:
+            try:
+                n = os.copy_file_range(src, out, min(size - total, KERNEL_COPY_BLOCK))
+            except OSError as exc:
+                if total == 0 and exc.errno in _KERNEL_COPY_UNSUPPORTED:
+                    return None
+                if exc.errno in _WRITE_ERRNOS:
+                    raise
+                raise Unreadable(exc.errno, exc.strerror, name) from None
+            if n == 0:
+                break  # truncated while copied: what there was
+            if not started:
+                thread.start()
+                started = True
+            blocks.put((total, n))
+            total += n
+    finally:
+        blocks.put(None)
+        if started:
+            thread.join()
+    if failed:
+        raise failed[0]
+    return total, digest.hexdigest()
+
+
+@dataclass
+class CheckpointSnapshot:
+    """What take_snapshot made: `names`, the top-level names of the agent's directory as listed
+    (inspect_checkpoint's `names`); `manifest`, the copy's checkpoint_manifest (fingerprint, each
+    file's name, size, sha256); `method`, how the bytes got there: "clone" (every non-empty file a
+    copy-on-write clone), "copy" (none), "mixed" (some), "empty" (no bytes at all)."""
+
+    names: list[str]
+    manifest: dict
+    method: str
+
+
+class _Snapshotter:
+    """Copies checkpoint files and hashes them in the same read; clones them where it can."""
+
+    def __init__(self) -> None:
+        self.try_clone = True
+        self.try_kernel_copy = hasattr(os, "copy_file_range")
+        self.cloned = 0
+        self.copied = 0
+        self._lock = threading.Lock()  # files are snapshot in parallel (take_snapshot)
+
+    def open_at(self, dir_fd: int, name: str, dest: Path) -> tuple[int, int, int]:
+        """Open one checkpoint file relative to dir_fd without following a link, and create its
+        copy (exclusively): (source fd, its size at open, copy fd), both to be closed by copy().
+        Raises NotRegularFile for anything that is not a regular file, Unreadable when it cannot be
+        opened, FileNotFoundError when it vanished."""
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotRegularFile(errno.ELOOP, "a symbolic link", name) from None
+            raise Unreadable(exc.errno, exc.strerror, name) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotRegularFile(errno.EINVAL, "not a regular file", name)
+            os.set_blocking(fd, True)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            out = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st.st_size, out
+
+    def copy(self, fd: int, size: int, out: int, name: str) -> tuple[int, str]:
+        """Snapshot an opened file (open_at) into its copy and close both: the copy's (size,
+        sha256). A clone where the file system offers one, else a copy in the kernel
+        (copy_file_range: no byte crosses into this process to be written back), else a copy
+        through this process; either way every byte of the copy is hashed once, from the copy
+        itself (in the page cache, just written), while the next part is copied."""
+        streamer = _Streamer()
+        try:
+            if size > 0 and self.try_clone and self._clone_to(fd, out, size):
+                with self._lock:
+                    self.cloned += 1
+                return streamer.stream(out, os.fstat(out).st_size, name=name)
+            if size > 0:
+                with self._lock:
+                    self.copied += 1
+            if size > streamer.block and self.try_kernel_copy:
+                copied = _kernel_copy(fd, out, size, name, streamer)
+                if copied is not None:
+                    return copied
+                self.try_kernel_copy = False  # not here (another file system, an old kernel)
+                os.ftruncate(out, 0)
+                os.lseek(out, 0, os.SEEK_SET)
+                os.lseek(fd, 0, os.SEEK_SET)
+            return streamer.stream(fd, size, out=out, name=name)
+        finally:
+            os.close(out)
+            os.close(fd)
+
+    def file_at(self, dir_fd: int, name: str, dest: Path) -> tuple[int, str]:
+        """Snapshot one regular file, opened relative to dir_fd without following a link, to dest
+        (created exclusively); returns the copy's (size, sha256), both of the copy itself. The copy
+        holds exactly the size the file had when opened (a file still growing is cut there: a
+        snapshot is of one moment; one truncated meanwhile: what there was). Raises NotRegularFile
+        for anything that is not a regular file, Unreadable when it cannot be read, OSError when
+        the copy cannot be written.
+
+        Where the file system can, dest is a copy-on-write clone of the opened file (FICLONE on the
+        descriptor opened with O_NOFOLLOW, so it is the file checked), cut back to the size at open
+        (the clone takes the file as it is at the clone, which may have grown since), and then read
+        once for its sha256: the hash is of the copy that gets evaluated, whatever the agent writes
+        after. Elsewhere its bytes are read once, each block written to dest and hashed."""
+        fd, size, out = self.open_at(dir_fd, name, dest)
+        return self.copy(fd, size, out, name)
+
+    def _clone_to(self, fd: int, out: int, size: int) -> bool:
+        try:
+            _clone(fd, out)
+        except OSError as exc:
+            if exc.errno in _CLONE_UNSUPPORTED:
+                self.try_clone = False  # this file system (or pair of them) will not: copy the rest
+            os.ftruncate(out, 0)  # nothing should be there, but the copy starts from empty, at 0
+            os.lseek(out, 0, os.SEEK_SET)
+            return False
+        if os.fstat(out).st_size > size:
+            os.ftruncate(out, size)  # it grew since it was opened: the snapshot is of that moment
+        return True
+
+    @property
+    def method(self) -> str:
+        if self.cloned and self.copied:
+            return "mixed"
+        return "clone" if self.cloned else "copy" if self.copied else "empty"
+
+
+def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSnapshot:
     """Copy the checkpoint files (not the agent's optimizer state) of model_dir, a real directory
-    inside the workspace (resolve_submission), to dest, following no link; returns the names of
-    the files at its top level, as listed then (inspect_checkpoint's `names`).
+    inside the workspace (resolve_submission), to dest, following no link, and fingerprint the
+    copy in the same read: a CheckpointSnapshot whose manifest is checkpoint_manifest(dest).
 
     What the names alone condemn (inspect_names) is refused before anything is copied. A checkpoint
     file that is a symbolic link (or a FIFO, a device...) when the grader opens it is refused
     (not_a_regular_file), whatever it was when resolve_submission looked: that is the
     time-of-check/time-of-use race a link swapped in since would otherwise win. Links that are not
     checkpoint files (a `latest` link to a subdirectory) are neither followed nor copied. A file
-    or directory the grader may not read is refused (unreadable_checkpoint); a failure to write
-    the copy is the grader's (OSError)."""
+    or directory the grader may not read is refused (unreadable_checkpoint); one that vanishes
+    meanwhile, or a directory swapped, is checkpoint_changed; a failure to write the copy is the
+    grader's (OSError). Each file is read once: cloned where the file system offers copy-on-write
+    clones and then hashed, else copied and hashed block by block (_Snapshotter.file_at)."""
     root = Path(os.path.realpath(workspace))
     if dest.exists():
         shutil.rmtree(dest)
@@ -534,6 +864,11 @@ def snapshot_checkpoint(workspace: Path, model_dir: Path, dest: Path) -> list[st
         raise _changed(model_dir, "the directory (or a directory above it)") from None
     except ValueError:
         raise _changed(model_dir, "the directory (or a directory above it)") from None
+    snapshotter = _Snapshotter()
+    files: list[dict] = []
+    pending: list[tuple[PurePosixPath, Future]] = []
+    # Each file is opened (and checked) here, in walk order; its copy and hash run in the pool.
+    pool = ThreadPoolExecutor(max_workers=SNAPSHOT_THREADS, thread_name_prefix="snapshot")
     try:
         names = _top_level_names(top)
         inspect_names(names)
@@ -544,18 +879,31 @@ def snapshot_checkpoint(workspace: Path, model_dir: Path, dest: Path) -> list[st
                 if stat.S_ISDIR(entry.st.st_mode) or not is_checkpoint_file(entry.name):
                     continue
                 try:
-                    _copy_file_at(entry.dir_fd, entry.name, dest / entry.rel)
+                    fd, size, out = snapshotter.open_at(entry.dir_fd, entry.name, dest / entry.rel)
                 except NotRegularFile:
                     raise _not_regular(model_dir, entry.rel) from None
                 except FileNotFoundError:
                     raise _changed(model_dir, safe_text(str(entry.rel), SHOWN_PATH_CHARS)) from None
+                pending.append((entry.rel, pool.submit(snapshotter.copy, fd, size, out, entry.name)))
+            for rel, future in pending:
+                size, sha256 = future.result()
+                files.append(_file_entry(rel, size, sha256))
         except Unreadable as exc:
             raise _unreadable(model_dir, exc.filename, exc) from None
         finally:
             walk.close()
+            pool.shutdown(wait=True)  # every descriptor closed (copy closes its own), even on failure
     finally:
         os.close(top)
-    return names
+    files.sort(key=lambda f: manifest_order(f["name"]))
+    manifest = {"fingerprint": manifest_fingerprint(files), "files": files}
+    return CheckpointSnapshot(names=names, manifest=manifest, method=snapshotter.method)
+
+
+def snapshot_checkpoint(workspace: Path, model_dir: Path, dest: Path) -> list[str]:
+    """take_snapshot's copy, returning only the names of the files at model_dir's top level, as
+    listed then (inspect_checkpoint's `names`); see take_snapshot for what is copied and refused."""
+    return take_snapshot(workspace, model_dir, dest).names
 
 
 def _unreadable(model_dir: Path, rel: str, exc: OSError) -> SubmissionRefused:
