@@ -125,3 +125,19 @@ def test_report_budget_cuts_and_pass_at_k_are_checked(registries, default_config
         config.setdefault("report", {})[key] = value
         with pytest.raises(ConfigError, match=rf"report.{key}"):
             validate_config(config, registries)
+
+
+def test_evaluation_worker_settings_are_checked_and_get_no_default(registries, default_config):
+    validated = validate_config(default_config, registries)
+    # No defaults written in: a key left out never changes the rules' params of recorded results.
+    assert not {"worker", "worker_idle_s", "gpu_memory_utilization"} & set(validated["evaluation"])
+    default_config["evaluation"].update(worker="fresh", worker_idle_s=0, gpu_memory_utilization=0.3)
+    assert validate_config(default_config, registries)["evaluation"]["worker"] == "fresh"
+    for key, value, message in (
+        ("worker", "hot", r"evaluation.worker.*allowed values: warm, fresh"),
+        ("worker_idle_s", -1, r"evaluation.worker_idle_s"),
+        ("gpu_memory_utilization", 1.5, r"evaluation.gpu_memory_utilization"),
+    ):
+        bad = {**default_config, "evaluation": {**default_config["evaluation"], key: value}}
+        with pytest.raises(ConfigError, match=message):
+            validate_config(bad, registries)

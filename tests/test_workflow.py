@@ -140,8 +140,8 @@ def test_same_command_again_does_nothing(sweep):
 
 
 def test_reordered_or_spelled_out_config_keys_rerun_nothing(sweep):
-    """Rule params are compared as text: the same settings in another key order, or a default
-    written out, must not look like a change (that would rerun every agent)."""
+    """Rule params are compared as text: the same settings in another key order, a default written
+    out, or another evaluation worker mode must not look like a change (that would rerun every agent)."""
     path = sweep / "config" / "config.yaml"
     original = path.read_text()
 
@@ -153,6 +153,8 @@ def test_reordered_or_spelled_out_config_keys_rerun_nothing(sweep):
     config = reversed_keys(yaml.safe_load(original))
     config["budget"]["kill_grace_s"] = 2  # as before, now before time_limit_s
     config.setdefault("report", {})["decimals"] = 2  # the default, written out
+    # How the grader runs its evaluations, not what they compute: nothing reruns for it.
+    config.setdefault("evaluation", {}).update(worker="fresh", worker_idle_s=60)
     try:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         assert planned_jobs(sweep) == {}

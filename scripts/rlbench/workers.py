@@ -40,7 +40,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlbench.evaluation import SCRIPTS_DIR, EvaluationError, _outcome, run_in_child, write_request
+from rlbench.evaluation import SCRIPTS_DIR, EvaluationError, GraderFault, _outcome, run_in_child, write_request
 from rlbench.jsonio import read_json
 from rlbench.lifeline import die_with_parent
 
@@ -48,6 +48,8 @@ WORKER_MODES = ("warm", "fresh")
 DEFAULT_IDLE_S = 300.0
 # How long close() waits for a worker to leave on its own before killing it.
 STOP_GRACE_S = 5.0
+# How long a new worker may take to import what it needs before it is given up on.
+STARTUP_TIMEOUT_S = 600.0
 _READY = "ready"
 
 
@@ -158,6 +160,7 @@ class _Slot:
         self.proc: subprocess.Popen | None = None
         self._buffer = b""
         self.ready = False  # the current process has finished its imports
+        self.ready_event = threading.Event()  # set while a process that finished its imports is up
         self.used = False  # the current process has evaluated (it may hold GPU memory)
         self.last_used = 0.0
         self.startup_s: float | None = None
@@ -243,9 +246,15 @@ class _Slot:
             self.proc = proc
         self._buffer, self.ready, self.used, self.startup_s = b"", False, False, None
         self.pool.starts += 1
+        try:  # its imports, before anything is asked of it
+            if self._reply(None, time.monotonic() + STARTUP_TIMEOUT_S) is None:
+                self._stop()  # it died importing: the next job tries a new one, and says why if it fails
+        except _Timeout:
+            self._stop()
 
     def _stop(self) -> None:
         """End the process: EOF on its requests, a grace period, then SIGKILL to its group."""
+        self.ready_event.clear()
         with self._lock:
             proc, self.proc = self.proc, None
         if proc is None:
@@ -272,6 +281,12 @@ class _Slot:
         self.pool.overlapping_released(self)
         if not self._alive():
             self._start()
+        if self.proc is None:
+            log = self.pool.log_dir / f"worker-{self.gpu or 'cpu'}.log"
+            raise GraderFault(
+                "the evaluation worker did not start",
+                f"the evaluation worker exited or hung while importing; see {log}",
+            )
         reused = self.used
         proc = self.proc
         paths = _paths(job.work_dir)
@@ -304,9 +319,9 @@ class _Slot:
         outcome["worker"] = {"mode": "warm", "reused": reused, "startup_s": self.startup_s}
         return outcome
 
-    def _reply(self, job_id: int, deadline: float) -> dict | None:
+    def _reply(self, job_id: int | None, deadline: float) -> dict | None:
         """The worker's answer to this job (None: its stdout closed, it is gone); the ready line
-        on the way is noted."""
+        on the way is noted (job_id None: the ready line is the answer)."""
         while True:
             line = self._line(deadline)
             if line is None:
@@ -317,6 +332,9 @@ class _Slot:
                 continue
             if reply.get(_READY):
                 self.ready, self.startup_s = True, reply.get("startup_s")
+                self.ready_event.set()
+                if job_id is None:
+                    return reply
                 continue
             if reply.get("id") == job_id:
                 return reply
@@ -388,6 +406,10 @@ class WorkerPool:
         """Start the worker of this GPU set now (imports done before the first submission)."""
         if self.mode == "warm":
             self._slot(gpu).prestart()
+
+    def wait_ready(self, gpu: str | None = None, timeout: float | None = None) -> bool:
+        """Wait until the worker of this GPU set has done its imports (benchmarks, tests)."""
+        return self.mode == "warm" and self._slot(gpu).ready_event.wait(timeout)
 
     def evaluate(
         self,

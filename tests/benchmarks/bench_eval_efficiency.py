@@ -1,0 +1,131 @@
+"""Benchmark: tokens/s sustained during a grader evaluation against a bare batched generate, measured in one run.
+
+    .venv/bin/python tests/benchmarks/bench_eval_efficiency.py [--model smollm2-135m-instruct]
+        [--prompts 200] [--max-new-tokens 64] [--batch-size 32] [--workers fresh warm]
+
+The bare side: the model loaded once with transformers, the same held-out prompts rendered with
+the same chat template, left-padded batches of the same size in the split's order, one greedy
+`model.generate` per batch; only the generate calls are timed and the new tokens (up to each
+row's end of sequence) counted. The grader side: a live grading server answering one /submit of
+the same weights, timed from request to answer, its worker started with the grader (as the runner does); its tokens/s are the same new
+tokens over that time (the completions are checked to be the bare ones). Prints both rates, their ratio
+(the target: >= 80 % on SmolLM2 with 200 prompts on CPU) and where the grader's time went:
+start-up (the worker's interpreter and imports, when it was not warm), loading, generation,
+scoring and the grader's own work (snapshot, fingerprint, checks, ledger, HTTP). Compare ratios,
+not seconds: the machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from grader_setup import gsm8k_settings, model_spec, prepare, start_server, variant
+
+from rlbench.jsonio import read_json, read_jsonl
+from rlbench.tasks.gsm8k import GSM8K
+
+TARGET = 0.80
+
+
+def bare_generate(model_dir: Path, conversations: list[list[dict]], max_new_tokens: int, batch_size: int):
+    """(new tokens, seconds in generate, completions) of plain batched transformers generation."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlbench.generation import _eos_ids, _render
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    eos = _eos_ids(tokenizer.eos_token_id, model.generation_config.eos_token_id)
+    prompts = [_render(tokenizer, c) for c in conversations]
+    tokens, seconds, completions = 0, 0.0, []
+    for start in range(0, len(prompts), batch_size):
+        batch = tokenizer(prompts[start : start + batch_size], add_special_tokens=False, padding=True, return_tensors="pt")
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                **batch, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
+                pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+            )
+        seconds += time.perf_counter() - started
+        for row in out[:, batch["input_ids"].shape[1] :].tolist():
+            ended = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            tokens += ended
+            completions.append(tokenizer.decode(row[:ended], skip_special_tokens=True))
+    return tokens, seconds, completions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--prompts", type=int, default=200)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", nargs="+", default=["fresh", "warm"], choices=["fresh", "warm"])
+    args = parser.parse_args()
+    settings = gsm8k_settings(args.prompts, args.max_new_tokens)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        model_dir, train, eval_dir = prepare(root, args.model, settings)
+        rollout = GSM8K().rollout(settings)
+        rows = list(read_jsonl(eval_dir / "eval.jsonl"))
+        conversations = [rollout.prompt(row) for row in rows]
+        # Weights other than the base model's (the grader answers those from its cache), on both sides.
+        weights = variant(model_dir, root / "weights", 1)
+        bare_generate(weights, conversations[:2], 4, args.batch_size)  # warm-up
+        tokens, bare_s, bare_completions = bare_generate(weights, conversations, args.max_new_tokens, args.batch_size)
+        bare_rate = tokens / bare_s
+        print(f"{args.model}, GSM8K offline: {len(rows)} prompts, <= {args.max_new_tokens} new tokens, batch size "
+              f"{args.batch_size}, CPU")
+        print(f"bare batched generate: {tokens} new tokens in {bare_s:.2f} s = {bare_rate:.1f} tokens/s")
+        verdict = None
+        for mode in args.workers:
+            evaluation = {"backend": "hf", "batch_size": args.batch_size, "eval_timeout_s": 3600, "worker": mode}
+            server, workspace = start_server(
+                root / mode, model_dir, model_spec(args.model)["hf_id"], train, eval_dir, settings, evaluation
+            )
+            try:
+                shutil.copytree(weights, workspace / "output" / "v1")  # the same weights as the bare side
+                started = time.perf_counter()
+                response = requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=3600)
+                round_trip = time.perf_counter() - started
+                response.raise_for_status()
+                entry = server.grader.entries[-1]
+                result = read_json(server.grader.snapshots / f"{entry['submission_id']:04d}" / "eval" / "result.json")
+            finally:
+                server.stop()
+            same = [item.get("completion") for item in result.get("items", [])] == bare_completions
+            phases = (entry.get("eval_timing") or {}).get("phase_seconds") or {}
+            evaluation_s = float(entry.get("eval_seconds") or 0.0)
+            worker = (entry.get("eval_timing") or {}).get("worker") or {}
+            rate = tokens / round_trip
+            print(f"\nworker {mode}: /submit answered in {round_trip:.2f} s = {rate:.1f} tokens/s = "
+                  f"{rate / bare_rate:.0%} of the bare rate (completions identical to the bare ones: {same})")
+            parts = {
+                "outside the evaluation (the grader's checks, snapshot and ledger, a new process's start, HTTP)":
+                    round_trip - evaluation_s,
+                "setup (imports, task, split)": phases.get("setup", 0.0),
+                "loading": phases.get("loading", 0.0),
+                "generation": phases.get("generating", 0.0),
+                "scoring": phases.get("scoring", 0.0),
+            }
+            print(f"  where the time went (worker reused: {worker.get('reused', False)}):")
+            for name, seconds in parts.items():
+                print(f"    {name}: {seconds:.2f} s ({seconds / round_trip:.0%})")
+            if mode == "warm":
+                verdict = rate / bare_rate
+        if verdict is not None:
+            print(f"\nwarm grader evaluation / bare generate = {verdict:.0%} (target >= {TARGET:.0%}): "
+                  f"{'met' if verdict >= TARGET else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
