@@ -26,6 +26,7 @@ per evaluation, as before) and `worker_idle_s` (default 300).
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import queue
@@ -45,6 +46,7 @@ from rlbench.jsonio import read_json
 from rlbench.lifeline import die_with_parent
 
 WORKER_MODES = ("warm", "fresh")
+WARM_MODEL_FAMILIES = ("qwen2", "qwen3", "llama")
 DEFAULT_IDLE_S = 300.0
 # How long close() waits for a worker to leave on its own before killing it.
 STOP_GRACE_S = 5.0
@@ -99,6 +101,14 @@ def _import_ahead() -> None:
 
     import rlbench.generation  # noqa: F401
     import rlbench.tasks  # noqa: F401
+
+    # transformers imports a model's code when it first loads one: the families of the registry's
+    # models (Qwen2.5, Qwen3, SmolLM2 = Llama) are imported now, not during the first submission.
+    for family in WARM_MODEL_FAMILIES:
+        try:
+            importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        except ImportError:
+            pass
 
 
 def _flush() -> None:

@@ -54,7 +54,9 @@ checkpoint when it receives the request: leave it alone until the answer comes.
 
 Optional `"gpu"`: the GPU(s) to evaluate on, e.g. `"0"` or `"2,3"`, chosen from `available_gpus`
 of `GET $GRADING_SERVER_URL/health` (without it the first one is used; on a grader without GPUs,
-leave it out). Evaluations on the same GPU run one after another.
+leave it out). Evaluations on the same GPU run one after another, beside whatever you run there:
+leave that GPU the memory to load and run the submitted model (the grader's vLLM backend takes a
+fixed share of the GPU's memory, 45% unless the benchmark is configured otherwise).
 
 The response: `submission_id`, `timestamp` (ISO 8601, when the evaluation finished), `model_path`,
 `score` (0-100; 0.0 when the submission could not be scored), `baseline_score` (the base model's),

@@ -1,4 +1,4 @@
-"""Shared setup of the grader benchmarks: a model, an offline GSM8K split, a workspace and a live
+"""Shared setup of the grader benchmarks: a model, a task's offline splits, a workspace and a live
 grading server, all in a temporary directory (bench_submit_roundtrip.py, bench_eval_efficiency.py)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rlbench.grader.app import Grader, GraderConfig  # noqa: E402
 from rlbench.grader.checks import fingerprint  # noqa: E402
 from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
 from rlbench.models import prepare_model  # noqa: E402
-from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
+from rlbench.tasks import get_task  # noqa: E402
 from rlbench.workspace import prepare_workspace  # noqa: E402
 
 TEST_SALT = "rlbench-benchmark-salt"
@@ -30,24 +30,25 @@ def model_spec(name: str) -> dict:
     return yaml.safe_load((REPO / "config" / "models" / f"{name}.yaml").read_text())
 
 
+def task_settings(task: str, prompts: int, max_new_tokens: int) -> dict:
+    """A task's registry entry (config/tasks/TASK.yaml) on its offline source, with `prompts`
+    held-out rows and at most `max_new_tokens` new tokens."""
+    settings = yaml.safe_load((REPO / "config" / "tasks" / f"{task}.yaml").read_text())
+    settings.update(source="offline", eval_size=prompts, max_new_tokens=max_new_tokens, data_seed=0)
+    if task == "gsm8k":
+        settings["train_size"] = 16
+    return settings
+
+
 def gsm8k_settings(prompts: int, max_new_tokens: int) -> dict:
-    return {
-        "name": "gsm8k",
-        "level": "L1",
-        "module": "gsm8k",
-        "source": "offline",
-        "train_size": 16,
-        "eval_size": prompts,
-        "data_seed": 0,
-        "max_new_tokens": max_new_tokens,
-    }
+    return task_settings("gsm8k", prompts, max_new_tokens)
 
 
 def prepare(root: Path, model: str, settings: dict) -> tuple[Path, Path, Path]:
     """(model dir, train split, held-out split) under root."""
     model_dir = root / "models" / model
     prepare_model(model_spec(model), model_dir)
-    GSM8K().prepare(settings, root / "data" / "train", root / "data" / "eval", salt=TEST_SALT)
+    get_task(settings).prepare(settings, root / "data" / "train", root / "data" / "eval", salt=TEST_SALT)
     return model_dir, root / "data" / "train", root / "data" / "eval"
 
 
@@ -67,7 +68,7 @@ def variant(model_dir: Path, dest: Path, k: int) -> Path:
 def start_server(root: Path, model_dir: Path, model_id: str, train: Path, eval_dir: Path, settings: dict, evaluation: dict):
     """A live grading server over a fresh workspace, its worker warmed up as the runner does."""
     workspace = root / "run" / "workspace"
-    prepare_workspace(workspace, GSM8K(), settings, model_dir, model_id, train)
+    prepare_workspace(workspace, get_task(settings), settings, model_dir, model_id, train)
     grader = Grader(
         GraderConfig(
             workspace=workspace,
