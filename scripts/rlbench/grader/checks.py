@@ -596,11 +596,11 @@ class Unreadable(OSError):
     the grader's, unlike a failure to write the copy (a full disk), which stays a plain OSError."""
 
 
-def _copy_file_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) -> int:
-    """Copy one regular file, opened relative to dir_fd without following a link, to dest (created
-    exclusively); returns its size. Copies exactly the size it had when opened (a file still
-    growing is cut there: a snapshot is of one moment). Raises NotRegularFile for anything that is
-    not a regular file, OSError when it cannot be read; `limit`: refuse (NotRegularFile) bigger ones."""
+def _open_regular_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) -> tuple[int, os.stat_result, int]:
+    """Open one file relative to dir_fd without following a link and create its copy `dest`
+    (exclusively, read-write): (source fd, its stat at open, copy fd), both the caller's to close.
+    Raises NotRegularFile for anything that is not a regular file (or, with `limit`, a bigger one),
+    Unreadable when it cannot be opened, FileNotFoundError when it vanished."""
     try:
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -617,24 +617,35 @@ def _copy_file_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) 
             raise NotRegularFile(errno.EFBIG, "too large", name)
         os.set_blocking(fd, True)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            left = st.st_size
-            while left > 0:
-                try:
-                    block = os.read(fd, min(left, 8 << 20))
-                except OSError as exc:
-                    raise Unreadable(exc.errno, exc.strerror, name) from None
-                if not block:
-                    break  # truncated while copied: the copy holds what there was
-                left -= len(block)
-                view = memoryview(block)
-                while view:
-                    view = view[os.write(out, view) :]
-        finally:
-            os.close(out)
+        out = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st, out
+
+
+def _copy_file_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) -> int:
+    """Copy one regular file, opened relative to dir_fd without following a link, to dest (created
+    exclusively); returns its size. Copies exactly the size it had when opened (a file still
+    growing is cut there: a snapshot is of one moment). Raises NotRegularFile for anything that is
+    not a regular file, OSError when it cannot be read; `limit`: refuse (NotRegularFile) bigger ones."""
+    fd, st, out = _open_regular_at(dir_fd, name, dest, limit)
+    try:
+        left = st.st_size
+        while left > 0:
+            try:
+                block = os.read(fd, min(left, 8 << 20))
+            except OSError as exc:
+                raise Unreadable(exc.errno, exc.strerror, name) from None
+            if not block:
+                break  # truncated while copied: the copy holds what there was
+            left -= len(block)
+            view = memoryview(block)
+            while view:
+                view = view[os.write(out, view) :]
         return st.st_size - left
     finally:
+        os.close(out)
         os.close(fd)
 
 
@@ -755,24 +766,7 @@ class _Snapshotter:
         copy (exclusively): (source fd, its size at open, copy fd), both to be closed by copy().
         Raises NotRegularFile for anything that is not a regular file, Unreadable when it cannot be
         opened, FileNotFoundError when it vanished."""
-        try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise NotRegularFile(errno.ELOOP, "a symbolic link", name) from None
-            raise Unreadable(exc.errno, exc.strerror, name) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise NotRegularFile(errno.EINVAL, "not a regular file", name)
-            os.set_blocking(fd, True)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            out = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, st, out = _open_regular_at(dir_fd, name, dest)
         return fd, st.st_size, out
 
     def copy(self, fd: int, size: int, out: int, name: str) -> tuple[int, str]:
