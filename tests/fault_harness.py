@@ -11,7 +11,8 @@ The parts, as they run (Snakemake's local executor runs a `script:` job as its d
     snakemake (main)                        the process `make run` starts
       └─ runner (scripts/run_agent.py)      grading server thread; attempt.json names it
            ├─ agent (bwrap ─ bwrap ─ python) own session; every process carries the run marker
-           └─ python -m rlbench.evaluation  one per submission being evaluated
+           └─ python -m rlbench.evaluation  the warm evaluation worker (rlbench.workers), or one
+                                            per submission (evaluation.worker: fresh)
 
 Everything here only ever signals processes that belong to the trial: found by the trial's
 workdir (their cwd), by an attempt's marker, or as the runner an attempt.json names.
@@ -119,6 +120,19 @@ def evaluation_children(workdir: Path) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def current_submission(proc: psutil.Process) -> int | None:
+    """The submission an evaluation process is evaluating now: named in a fresh child's argv, or,
+    for a warm worker (rlbench.workers), by the eval.log of that submission it writes to while it
+    evaluates (its stdout and stderr go back to its own log in between). None: it is idle."""
+    try:
+        match = SNAPSHOT_ID.search(" ".join(proc.cmdline()))
+        if match is None:
+            match = next(filter(None, (SNAPSHOT_ID.search(f.path) for f in proc.open_files())), None)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+    return int(match.group(1)) if match else None
 
 
 def describe(proc: psutil.Process) -> str:
@@ -280,20 +294,20 @@ class Watch:
         live = set()
         for proc in evaluation_children(self.workdir):
             live.add(proc.pid)
-            if proc.pid in self.evals:
+            if proc.pid in self.evals:  # a warm worker moves from submission to submission
+                self.evals[proc.pid].submission_id = current_submission(proc)
                 continue
             try:
-                cmd, parent = " ".join(proc.cmdline()), proc.ppid()
+                parent = proc.ppid()
                 created = proc.create_time()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            match = SNAPSHOT_ID.search(cmd)
             try:
                 parent_created = psutil.Process(parent).create_time()
             except psutil.NoSuchProcess:
                 parent_created = None
             self.evals[proc.pid] = EvalSeen(
-                proc.pid, created, int(match.group(1)) if match else None, self._attempt_of(parent), parent, parent_created, now
+                proc.pid, created, current_submission(proc), self._attempt_of(parent), parent, parent_created, now
             )
         for seen in self.evals.values():
             if seen.ended_at is not None:
@@ -311,7 +325,12 @@ class Watch:
                 )
 
     def live_evaluations(self) -> list[EvalSeen]:
-        return [e for e in self.evals.values() if e.ended_at is None and same_process(e.pid, e.create_time)]
+        """Evaluation processes evaluating a submission now (an idle warm worker is not one)."""
+        return [
+            e
+            for e in self.evals.values()
+            if e.ended_at is None and e.submission_id is not None and same_process(e.pid, e.create_time)
+        ]
 
     def ledger_has_entries(self) -> bool:
         try:
@@ -509,7 +528,12 @@ def _victims(plan: Plan, sweep: subprocess.Popen, watch: Watch, tried: set[int])
     if plan.target == "runner":
         return [runner] if runner is not None else []
     if plan.target == "eval_child":
-        return [p for e in watch.live_evaluations() if e.pid not in tried and (p := same_process(e.pid, e.create_time))]
+        victims = [
+            p
+            for e in watch.live_evaluations()
+            if (e.pid, e.submission_id) not in tried and (p := same_process(e.pid, e.create_time))
+        ]
+        return [p for p in victims if current_submission(p) is not None]  # still evaluating, just before the kill
     agent = [p for p in marked_processes(current.marker) if _alive(p)]
     if plan.variant == "tree":
         return agent
@@ -539,7 +563,8 @@ def inject(plan: Plan, sweep: subprocess.Popen, watch: Watch, timeout_s: float) 
     moment never came while the sweep ran)."""
     launched = time.time()
     end = launched + timeout_s
-    tried: set[int] = set()
+    # (pid, submission) pairs of evaluations already passed over: a warm worker evaluates many
+    tried: set = set()
     record = {"injected": False, "killed": [], "killed_names": [], "killed_evaluations": []}
 
     def sweep_running() -> bool:
@@ -555,9 +580,12 @@ def inject(plan: Plan, sweep: subprocess.Popen, watch: Watch, timeout_s: float) 
         else:
             watch.sleep(
                 end - time.time(),
-                until=lambda: any(e.pid not in tried for e in watch.live_evaluations()) or not sweep_running(),
+                until=lambda: any((e.pid, e.submission_id) not in tried for e in watch.live_evaluations())
+                or not sweep_running(),
             )
-            event_at = time.time() if any(e.pid not in tried for e in watch.live_evaluations()) else None
+            event_at = (
+                time.time() if any((e.pid, e.submission_id) not in tried for e in watch.live_evaluations()) else None
+            )
         if event_at is None or not sweep_running():
             break
         watch.sleep(max(0.0, event_at + plan.delay_s - time.time()), until=lambda: not sweep_running())
@@ -566,7 +594,7 @@ def inject(plan: Plan, sweep: subprocess.Popen, watch: Watch, timeout_s: float) 
         victims = _victims(plan, sweep, watch, tried)
         if not victims:
             if plan.event == "eval_child":  # that evaluation ended during the delay: wait for the next one
-                tried.update(e.pid for e in watch.evals.values())
+                tried.update((e.pid, e.submission_id) for e in watch.evals.values())
                 continue
             break
         record.update(
@@ -585,12 +613,21 @@ def inject(plan: Plan, sweep: subprocess.Popen, watch: Watch, timeout_s: float) 
             record["killed"].append(what)
             record["killed_names"].append(name)
             seen = watch.evals.get(proc.pid)
-            if seen is not None:
-                record["killed_evaluations"].append({"attempt": seen.attempt, "submission_id": seen.submission_id})
+            if seen is not None and seen.submission_id is not None:
+                eval_dir = watch.run_dir / "grader" / "snapshots" / f"{seen.submission_id:04d}" / "eval"
+                record["killed_evaluations"].append(
+                    {
+                        "attempt": seen.attempt,
+                        "submission_id": seen.submission_id,
+                        # The worker had written its result when it was killed: the evaluation was
+                        # over (the kill landed in the instant between it and the worker's reply).
+                        "result_written": (eval_dir / "result.json").exists(),
+                    }
+                )
         if record["killed"]:
             break
         record["injected"] = False
-        tried.update(p.pid for p in victims)
+        tried.update((p.pid, watch.evals[p.pid].submission_id) if p.pid in watch.evals else p.pid for p in victims)
     if plan.target == "snakemake" and record["injected"]:
         sweep.wait(timeout=30)
     return record

@@ -220,6 +220,8 @@ def check(trial: Trial, workdir: Path) -> None:
     for killed in trial.injection.get("killed_evaluations", []):
         sid, attempt = killed["submission_id"], killed["attempt"]
         entry = ledger_entry(run_dir, attempt, sid)
+        if killed.get("result_written") and entry is not None and entry.get("status") == "scored":
+            continue  # the evaluation had ended (result written, answer on its way) when the worker was killed
         if entry is None:
             fail(("killed_eval_unrecorded", f"no ledger entry for submission {sid} (attempt {attempt}) whose evaluation was killed"))
         elif entry.get("status") != "grader_error" or entry.get("retryable") is not True:
