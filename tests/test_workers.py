@@ -160,3 +160,25 @@ def test_evaluation_error_of_a_worker_is_the_models(workspace, start_grader, tin
     perturb(copy_model(tiny_model, workspace / "output" / "v1"))
     assert submit(server, "output/v1").status_code == 200
     assert server.grader.workers.starts == 2  # the failed one was replaced
+
+
+def test_a_worker_that_cannot_be_started_fails_one_evaluation_and_the_pool_lives_on(tmp_path, tiny_model, gsm8k_data, monkeypatch):
+    import rlbench.workers as workers
+
+    real, calls = workers.subprocess.Popen, []
+
+    def popen(*args, **kwargs):
+        calls.append(args)
+        if len(calls) <= 2:  # the job's start, then the replacement started ahead of need
+            raise OSError(11, "Resource temporarily unavailable")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(workers.subprocess, "Popen", popen)
+    pool = WorkerPool(tmp_path / "workers")
+    try:
+        with pytest.raises(OSError, match="temporarily unavailable"):
+            pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1")
+        result = pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval2")
+        assert result["worker"]["mode"] == "warm" and "score" in result
+    finally:
+        pool.close()

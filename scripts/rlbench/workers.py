@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,13 +211,13 @@ class _Slot:
                 command = self.jobs.get(timeout=self._idle_wait())
             except queue.Empty:  # idle on a GPU for too long: a fresh process holds no GPU memory
                 self._stop()
-                self._start()
+                self._start_quietly()
                 continue
             if command is None:
                 self._stop()
                 return
             if command == "prestart":
-                self._alive() or self._start()
+                self._alive() or self._start_quietly()
                 continue
             if command == "release":
                 self._stop()
@@ -226,7 +227,7 @@ class _Slot:
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting submission
                 command.future.set_exception(exc)
             if self.proc is None and not self.pool.closed:
-                self._start()  # the next submission finds a warm worker
+                self._start_quietly()  # the next submission finds a warm worker
 
     def _idle_wait(self) -> float | None:
         if not (self.gpus and self.used and self._alive()):
@@ -235,6 +236,15 @@ class _Slot:
 
     def _alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def _start_quietly(self) -> None:
+        """_start ahead of need: a failure (no process could be started) is logged, never raised,
+        so this thread lives on; the next job tries again and says why if it fails then."""
+        try:
+            self._start()
+        except Exception:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
+            self._stop()
 
     def _start(self) -> None:
         self._stop()
