@@ -1,4 +1,5 @@
-# Two entry points: `make run` (set up + the embedded default sweep) and `make test`.
+# Two entry points: `make run` (set up + the embedded default sweep) and `make test` (set up + the
+# default test tier); `make test-all` runs every test, the slow and cluster tiers too (what CI runs).
 VENV ?= .venv
 PYTHON ?= python3
 CORES ?= 2
@@ -73,11 +74,15 @@ setup-agents: setup
 setup-agents-for-tests: setup
 	@$(BIN)/rlbench setup-agents || echo "note: some agent tools could not be installed (see above); their tests are skipped"
 
+# The default tier (pyproject.toml's addopts: not slow, not cluster): what to run after a change,
+# 15 minutes on 2 cores once set up. The setup's time is printed on its own.
 test: setup setup-agents-for-tests
+	@echo "setup done; running the default test tier (make test-all: every test)"
 	$(BIN)/python -m pytest
 
+# Every test: the default tier, the slow tier and the SLURM cluster test (an empty -m selects all).
 test-all: setup setup-agents-for-tests
-	$(BIN)/python -m pytest -m "slow or not slow"
+	$(BIN)/python -m pytest -m ""
 
 lint: setup
 	$(BIN)/snakemake --lint

@@ -19,21 +19,18 @@ from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
 from rlbench.models import prepare_model  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
 from rlbench.workspace import prepare_workspace  # noqa: E402
+from support.needs import required_skip  # noqa: E402
+from support.settings import EVALUATION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC  # noqa: E402,F401
 
-TINY_SPEC = {"name": "tiny", "source": "tiny", "hf_id": "rlbench/tiny-qwen2", "seed": 0}
-GSM8K_SETTINGS = {
-    "name": "gsm8k",
-    "level": "L1",
-    "module": "gsm8k",
-    "source": "offline",
-    "train_size": 16,
-    "eval_size": 4,
-    "data_seed": 0,
-    "max_new_tokens": 8,
-}
-EVALUATION = {"backend": "hf", "batch_size": 8, "eval_timeout_s": 300}
-# A fixed salt, so that the test splits are the same on every machine (installations draw a random one).
-TEST_SALT = "rlbench-test-salt"
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip of a test whose need CI installed and requires is a failure (tests/support/needs.py)."""
+    outcome = yield
+    report = outcome.get_result()
+    message = required_skip(item, report)
+    if message is not None:
+        report.outcome, report.longrepr = "failed", message
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +82,17 @@ def start_grader(tmp_path, tiny_model, gsm8k_data):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def session_sweep(tmp_path_factory) -> Path:
+    """The default tier's one real sweep (support.workflow.session_config): every level on the tiny
+    model, GSM8K with the three reference agents, both controls on seed 0. Tests read it; a test that
+    changes results works on a copy (support.workflow.copy_sweep)."""
+    from support.workflow import make_workdir, planned_jobs, session_config, snakemake
+
+    workdir = make_workdir(tmp_path_factory.mktemp("session-sweep"), session_config())
+    plan = planned_jobs(workdir)
+    assert plan["run_agent"] == 3 + 5 + 2 and plan["evaluate_baseline"] == 1 + 5 + 1, plan
+    snakemake(workdir, "--cores", "2")
+    return workdir

@@ -13,22 +13,31 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from cli_agent_harness import GATEWAY_KEY, GATEWAY_URL, LOGS, PROVIDER_KEY, STDOUT, context, option, with_logs  # noqa: F401
-from conftest import REPO
 from rlbench.adapters import get_adapter
-from rlbench.adapters.base import GatewayEndpoint, LaunchContext, install_prefix
-from rlbench.config import Registries
+from rlbench.adapters.base import GatewayEndpoint, install_prefix
 from rlbench.ledger import is_scored
+from support.cli_agents import (  # noqa: F401
+    GATEWAY_KEY,
+    GATEWAY_URL,
+    LOGS,
+    PROVIDER_KEY,
+    STDOUT,
+    context,
+    dead_endpoint_params,
+    option,
+    tool_trainings,
+    with_logs,
+)
+from support.settings import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))  # scripted_llm
 
@@ -236,18 +245,19 @@ def test_collect_on_a_log_cut_short_by_a_kill_reports_no_verdict(tmp_path, tool)
 # evaluation; the gateway takes about 7 s to start), a dead endpoint 13-35 s with the runner, 5-20 s without it.
 
 
-def scripted_run(tool: str) -> list[dict]:
-    """harness.TRAIN_AND_SUBMIT as these tools can play it. They end on a plain-text reply: the finish step goes
+def scripted_run(tool: str, training: str = "real") -> list[dict]:
+    """harness.train_and_submit(training) as these tools can play it. They end on a plain-text reply: the finish step goes
     without mini-swe-agent's marker command (the scripted endpoint would play it again on every later call, and the
     tool would loop until its turn limit)."""
-    import cli_agent_harness as harness
+    import support.cli_agents as harness
 
-    train, submit, finish = harness.TRAIN_AND_SUBMIT
+    train, submit, finish = harness.train_and_submit(training)
     steps = [train, submit, {"finish": finish["finish"]}]
     if tool == "codex":
         # Codex's exec_command returns after yield_time_ms (10 s by default, 30 s at most) with the command still
         # running, and a scripted model moves on: wait for the training in two calls of 30 s each.
-        wait = "while pgrep -f 'code/sft_agen[t].py' >/dev/null; do sleep 1; done; ls output/v1"
+        script = harness.TRAINING_SCRIPT[training]
+        wait = f"while pgrep -f '{script[:-1]}[{script[-1]}]' >/dev/null; do sleep 1; done; ls output/v1"
         steps[:1] = [{"tool": "exec_command", "args": {"cmd": train["command"], "yield_time_ms": 30000}},
                      {"tool": "exec_command", "args": {"cmd": wait, "yield_time_ms": 30000}}]
     return steps
@@ -262,17 +272,19 @@ def files_containing(root: Path, secret: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("tool", TOOLS)
-def test_real_tool_trains_submits_and_is_accounted_for(tool, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
-    import cli_agent_harness as harness
+@pytest.mark.tools
+@pytest.mark.parametrize("tool, training", tool_trainings(TOOLS))
+def test_real_tool_trains_submits_and_is_accounted_for(tool, training, tmp_path, workspace, tiny_model, gsm8k_data,
+                                                       monkeypatch):
+    import support.cli_agents as harness
     from scripted_llm import ScriptedLLM
 
     harness.require_tool(tool)
     upstream_log = tmp_path / "upstream.jsonl"  # outside the run directory: it sees the provider key
-    with ScriptedLLM(scripted_run(tool), upstream_log) as llm:
+    with ScriptedLLM(scripted_run(tool, training), upstream_log) as llm:
         run = harness.run_cli(workspace, tiny_model, gsm8k_data, harness.cli_entry(tool, llm.url), upstream_log,
                               monkeypatch=monkeypatch)
-    print(f"{tool}: end-to-end run took {run.seconds:.1f} s")
+    print(f"{tool} ({training} training): end-to-end run took {run.seconds:.1f} s")
     assert run.run["status"] == "completed", (run.run.get("error"), run.run.get("llm"))
 
     scored = [e for e in run.ledger if e.get("model_path") == "output/v1" and is_scored(e)]
@@ -282,7 +294,7 @@ def test_real_tool_trains_submits_and_is_accounted_for(tool, tmp_path, workspace
     subprocess.run(["git", "--git-dir", str(code_git), "cat-file", "-e", f"{revision}^{{commit}}"], check=True)
 
     expected = harness.scripted_usage(run.upstream_log)
-    assert expected["calls"] == len(scripted_run(tool))  # no side calls from these tools in such a short run
+    assert expected["calls"] == len(scripted_run(tool, training))  # no side calls from these tools in such a short run
     gateway = run.run["llm"]["usage"]["gateway"]
     assert {k: gateway[k] for k in expected} == expected
     tool_usage = run.run["llm"]["usage"]["tool"]  # every call counts for these three tools (see the adapters)
@@ -297,10 +309,11 @@ def test_real_tool_trains_submits_and_is_accounted_for(tool, tmp_path, workspace
     assert files_containing(run.run_dir, os.environ[harness.SCRIPTED_KEY_ENV]) == []
 
 
-@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.tools
+@pytest.mark.parametrize("tool", dead_endpoint_params(TOOLS))
 def test_real_tool_on_a_dead_endpoint_ends_in_bounded_time(tool, tmp_path, workspace, tiny_model, gsm8k_data,
                                                            monkeypatch):
-    import cli_agent_harness as harness
+    import support.cli_agents as harness
     from scripted_llm import dead_port
 
     harness.require_tool(tool)
@@ -315,12 +328,13 @@ def test_real_tool_on_a_dead_endpoint_ends_in_bounded_time(tool, tmp_path, works
     assert run.run["llm"]["usage"]["tool"]["status"] in ("error", None)
 
 
+@pytest.mark.tools
 @pytest.mark.slow  # the runner bounds every run (test above); this checks the adapters' own retry settings
 @pytest.mark.parametrize("tool", TOOLS)
 def test_tool_alone_gives_up_on_a_dead_endpoint_within_seconds(tool, tmp_path, monkeypatch):
     """Without the runner watching the gateway, the adapter's own retry bounds end the tool (Codex would otherwise
     retry forever, Claude Code for about 190 s, Gemini CLI for about 200 s)."""
-    import cli_agent_harness as harness
+    import support.cli_agents as harness
     from rlbench.gateway.gateway import LLMGateway
     from scripted_llm import dead_port
 

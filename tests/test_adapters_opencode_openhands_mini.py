@@ -23,18 +23,28 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cli_agent_harness import GATEWAY_KEY, GATEWAY_URL, LOGS, PROVIDER_KEY, STDOUT, context, option, with_logs  # noqa: F401
-from conftest import REPO
 from rlbench.adapters import get_adapter
-from rlbench.adapters.base import GatewayEndpoint, LaunchContext, install_prefix
+from rlbench.adapters.base import install_prefix
 from rlbench.config import Registries
+from support.cli_agents import (  # noqa: F401
+    GATEWAY_KEY,
+    GATEWAY_URL,
+    LOGS,
+    PROVIDER_KEY,
+    STDOUT,
+    context,
+    dead_endpoint_params,
+    option,
+    training_params,
+    with_logs,
+)
+from support.settings import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 sys.path.insert(0, str(REPO / "tests"))
@@ -310,24 +320,24 @@ def _files_holding(root: Path, secret: str) -> list[str]:
     return found
 
 
-def _script(name: str) -> list[dict]:
-    import cli_agent_harness as harness
+def _script(name: str, training: str) -> list[dict]:
+    import support.cli_agents as harness
 
     # OpenCode offers no finish tool: it runs the last step's marker command, then gets the plain-text finish
     # that scripted_llm plays past the end of the script, and stops.
-    return harness.TRAIN_AND_SUBMIT
+    return harness.train_and_submit(training)
 
 
-def _run_real_tool(name, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
-    import cli_agent_harness as harness
+def _run_real_tool(name, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch, training="real"):
+    import support.cli_agents as harness
     from scripted_llm import ScriptedLLM
 
     harness.require_tool(name)
     upstream_log = tmp_path / "upstream.jsonl"  # outside the run directory: it sees the provider key
-    with ScriptedLLM(_script(name), upstream_log) as llm:
+    with ScriptedLLM(_script(name, training), upstream_log) as llm:
         run = harness.run_cli(workspace, tiny_model, gsm8k_data, harness.cli_entry(name, llm.url), upstream_log,
                               monkeypatch=monkeypatch)
-    print(f"{name}: end-to-end run took {run.seconds:.1f} s")
+    print(f"{name} ({training} training): end-to-end run took {run.seconds:.1f} s")
     return harness, run
 
 
@@ -361,7 +371,7 @@ def _tool_calls_usage(upstream_log: list[dict]) -> tuple[int, int, int]:
 
 
 def _run_dead(name, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
-    import cli_agent_harness as harness
+    import support.cli_agents as harness
     from scripted_llm import dead_port
 
     harness.require_tool(name)
@@ -377,8 +387,10 @@ def _run_dead(name, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
     return run
 
 
-def test_opencode_trains_submits_and_is_accounted_for(tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
-    harness, run = _run_real_tool("opencode", tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch)
+@pytest.mark.tools
+@pytest.mark.parametrize("training", training_params("opencode"))
+def test_opencode_trains_submits_and_is_accounted_for(training, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
+    harness, run = _run_real_tool("opencode", tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch, training)
     tool = _check_run(harness, run)
     calls, prompt, completion = _tool_calls_usage(run.upstream_log)
     # OpenCode's step_finish events count the agent loop's calls, not its title-generation call.
@@ -387,8 +399,10 @@ def test_opencode_trains_submits_and_is_accounted_for(tmp_path, workspace, tiny_
     assert (run.run_dir / "agent" / "opencode.jsonl").exists()
 
 
-def test_openhands_trains_submits_and_is_accounted_for(tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
-    harness, run = _run_real_tool("openhands", tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch)
+@pytest.mark.tools
+@pytest.mark.parametrize("training", training_params("openhands"))
+def test_openhands_trains_submits_and_is_accounted_for(training, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
+    harness, run = _run_real_tool("openhands", tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch, training)
     tool = _check_run(harness, run)
     expected = harness.scripted_usage(run.upstream_log)
     assert (tool["turns"], tool["input_tokens"], tool["output_tokens"]) == (
@@ -396,8 +410,10 @@ def test_openhands_trains_submits_and_is_accounted_for(tmp_path, workspace, tiny
     assert any(p.endswith("base_state.json") for p in tool["logs"])
 
 
-def test_mini_swe_agent_trains_submits_and_is_accounted_for(tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
-    harness, run = _run_real_tool("mini-swe-agent", tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch)
+@pytest.mark.tools
+@pytest.mark.parametrize("training", training_params("mini-swe-agent"))
+def test_mini_swe_agent_trains_submits_and_is_accounted_for(training, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
+    harness, run = _run_real_tool("mini-swe-agent", tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch, training)
     tool = _check_run(harness, run)
     expected = harness.scripted_usage(run.upstream_log)
     assert (tool["turns"], tool["input_tokens"], tool["output_tokens"]) == (
@@ -413,6 +429,7 @@ def test_mini_swe_agent_trains_submits_and_is_accounted_for(tmp_path, workspace,
     assert scored and all("sft_agent.py" in " ".join(s["code_files"]) and s["checkpoint"]["files"] for s in scored)
 
 
-@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.tools
+@pytest.mark.parametrize("tool", dead_endpoint_params(TOOLS))
 def test_real_tool_on_a_dead_endpoint_ends_in_bounded_time(tool, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch):
     _run_dead(tool, tmp_path, workspace, tiny_model, gsm8k_data, monkeypatch)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import REPO, TEST_SALT
 from rlbench.config import Registries
 from rlbench.generation import GenerationBackend
 from rlbench.jsonio import read_jsonl
 from rlbench.tasks import get_task
-from rlbench.tasks.addition_control import public
-from rlbench.tasks.addition_control import AdditionControl
+from rlbench.tasks.addition_control import AdditionControl, public
 from rlbench.tasks.base import EvalContext
+from support.settings import REPO, TEST_SALT
 
 SETTINGS = {
     "name": "addition-control",

@@ -34,11 +34,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import conftest
 import psutil
 import pytest
 
-import conftest
-from conftest import EVALUATION, GSM8K_SETTINGS, TINY_SPEC
 from rlbench.attempts import marked_processes
 from rlbench.grader.app import Grader, GraderConfig
 from rlbench.grader.checks import fingerprint
@@ -49,6 +48,7 @@ from rlbench.runner import REPO_ROOT, RunSpec, run_agent
 from rlbench.sandbox import bubblewrap_available
 from rlbench.tasks.gsm8k import GSM8K
 from rlbench.workspace import prepare_workspace
+from support.settings import EVALUATION, GSM8K_SETTINGS, TINY_SPEC
 
 AGENT_FILE = Path(__file__).resolve().parent / "fixtures" / "adversarial_agent.py"
 TIME_LIMIT_S = 55.0
@@ -314,6 +314,7 @@ def load_records(path: Path) -> list[dict]:
 
 
 # -- the test -----------------------------------------------------------------------------------
+@pytest.mark.sandbox
 @pytest.mark.skipif(not BWRAP_OK, reason=f"the adversarial agent needs the bubblewrap sandbox: {BWRAP_WHY}")
 def test_adversarial_agent_is_contained_and_the_results_stay_true(tmp_path, tiny_model, gsm8k_data, monkeypatch):
     agent = load_agent()

@@ -14,19 +14,18 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 
-from conftest import REPO, TEST_SALT  # noqa: E402
-from scripted_judge import ScriptedJudge  # noqa: E402
-
 from rlbench.jsonio import read_jsonl  # noqa: E402
 from rlbench.tasks import EvalContext, get_task  # noqa: E402
 from rlbench.tasks.alpaca_eval import DATA, AlpacaEval  # noqa: E402
-from rlbench.tasks.base import salt_fingerprint  # noqa: E402
 from rlbench.tasks.alpaca_eval.winrate import (  # noqa: E402
     LC_HUB,
     LC_OFFLINE,
     LengthControlUnavailable,
     compute_metrics,
 )
+from rlbench.tasks.base import salt_fingerprint  # noqa: E402
+from scripted_judge import ScriptedJudge  # noqa: E402
+from support.settings import REPO, TEST_SALT  # noqa: E402
 
 REGISTRY = yaml.safe_load((REPO / "config/tasks/alpaca-eval.yaml").read_text())
 SETTINGS = {**REGISTRY, "source": "offline", "train_size": 30, "eval_size": 6, "max_new_tokens": 8}
@@ -112,9 +111,8 @@ def test_offline_split_is_salted_and_disjoint(alpaca_data, tmp_path):
 
 
 def test_registry_entry_and_description():
-    from rlbench.config import load_schema
-
     import jsonschema
+    from rlbench.config import load_schema
 
     jsonschema.validate(REGISTRY, load_schema("task"))
     task = get_task(REGISTRY)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EVALUATION, GSM8K_SETTINGS
 from rlbench.adapters import ADAPTERS, build_prompt, get_adapter
 from rlbench.adapters.session import PROVIDER_KEY_VARS, scrub_provider_keys
 from rlbench.config import ConfigError, Registries, load_registry
@@ -15,6 +14,7 @@ from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json
 from rlbench.runner import RunSpec, refuse_provider_key, run_agent
 from rlbench.setup_agents import SetupError, find_python
+from support.settings import EVALUATION, GSM8K_SETTINGS
 
 CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands", "mini-swe-agent")
 

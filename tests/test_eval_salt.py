@@ -20,7 +20,7 @@ from rlbench.jsonio import read_json, read_jsonl, write_jsonl
 from rlbench.tasks import addition_control, gsm8k
 from rlbench.tasks.addition_control import AdditionControl
 from rlbench.tasks.gsm8k import GSM8K
-from test_workflow import make_workdir, snakemake
+from support.workflow import make_workdir, snakemake
 
 SALT = "a3" * 32  # the installation's secret in these tests
 OTHER_SALT = "5c" * 32

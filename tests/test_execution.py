@@ -100,6 +100,7 @@ def test_infinite_loop_times_out_and_the_next_problem_passes(backend, request):
     assert runner.run(HONEST).passed
 
 
+@pytest.mark.sandbox
 def test_a_program_cannot_forge_its_verdict(sandboxed):
     forger = program("""
         import posix
@@ -114,6 +115,7 @@ def test_a_program_cannot_forge_its_verdict(sandboxed):
     assert sandboxed.run(forger).result == "failed: really failed"
 
 
+@pytest.mark.sandbox
 def test_memory_limit_fails_only_the_program(sandboxed):
     hog = "blob = bytearray(4 << 30)\n"  # 4 GiB, beyond RLIMIT_AS
     results = sandboxed.run_many([hog, HONEST])
@@ -121,6 +123,7 @@ def test_memory_limit_fails_only_the_program(sandboxed):
     assert results[1].passed
 
 
+@pytest.mark.sandbox
 def test_output_flood_is_bounded(sandboxed):
     flood = "import posix\nfor _ in range(200):\n    posix.write(1, b'x' * (1 << 20))\nraise ValueError('done')\n"
     result = sandboxed.run(flood)
@@ -131,6 +134,7 @@ def test_output_flood_is_bounded(sandboxed):
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_fork_bomb_is_contained(sandboxed):
     bomb = program("""
         import posix
@@ -151,6 +155,7 @@ def test_fork_bomb_is_contained(sandboxed):
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_process_limit_applies_to_threads_too(sandboxed):
     threads = program("""
         import threading
@@ -168,6 +173,8 @@ def test_process_limit_applies_to_threads_too(sandboxed):
 
 DELETER = """
 import posix, stat
+
+
 def wipe(path):
     try:
         mode = posix.lstat(path).st_mode
@@ -204,6 +211,7 @@ assert open('mine.txt').read() == 'kept'
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_deleting_files_touches_nothing_outside_its_own_directory(sandboxed, tmp_path):
     project, results_dir = tmp_path / "project", tmp_path / "results"
     for root in (project, results_dir):
@@ -219,6 +227,7 @@ def test_deleting_files_touches_nothing_outside_its_own_directory(sandboxed, tmp
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_held_out_tests_and_the_repository_are_not_readable(sandboxed, tmp_path):
     eval_file = tmp_path / "results" / "data" / "humaneval" / "eval" / "eval.jsonl"
     eval_file.parent.mkdir(parents=True)
@@ -265,6 +274,7 @@ def test_held_out_tests_and_the_repository_are_not_readable(sandboxed, tmp_path)
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_network_is_unreachable(sandboxed):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -289,6 +299,7 @@ def test_network_is_unreachable(sandboxed):
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_self_check_passes_under_bubblewrap(tmp_path):
     record = self_check({"backend": "bubblewrap", "timeout_s": 1.0}, forbidden=[tmp_path, REPO])
     assert record["sandbox"] == "bubblewrap"

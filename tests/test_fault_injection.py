@@ -19,9 +19,11 @@ Every trial then checks, for the fixed behaviour:
     run.json, final.json, summary.json and the leaderboard, and leaves nothing behind either;
   - a killed evaluation is the grader's fault: 503 grader_error (retryable), not 422.
 
-The default run (CI) has one trial per target on a 120 s budget (the sft agent makes one or two
-submissions; about 6 minutes on an idle 2-core machine); the slow set adds five per target on
-240 s (two rounds, two distinct checkpoints, even when a round takes a minute): `pytest -m slow tests/test_fault_injection.py`. The
+All trials are in the slow tier (`make test-all`, CI): one per target on a 120 s budget (the sft
+agent makes one or two submissions; about 6 minutes on an idle 2-core machine), and five more per
+target on 240 s (two rounds, two distinct checkpoints, even when a round takes a minute):
+`pytest -m slow tests/test_fault_injection.py`. The default tier kills Snakemake's process group
+once and resumes (tests/test_resume.py), with the same audit. The
 figures (trials, acknowledged submissions, lost, leftovers) are printed at the end and, when
 RLBENCH_FIGURES_DIR is set, written to $RLBENCH_FIGURES_DIR/faults.json.
 """
@@ -36,15 +38,15 @@ from pathlib import Path
 
 import pytest
 
-from fault_harness import (
+from support.faults import (
     RUN_REL,
     Plan,
     Trial,
     Watch,
+    attempt_dirs,
     audit_submissions,
     cleanup,
     inject,
-    attempt_dirs,
     ledger_entry,
     log_tail,
     prepare_copy,
@@ -53,7 +55,7 @@ from fault_harness import (
     start_sweep,
     wait_sweep,
 )
-from test_workflow import TEST_CONFIG, make_workdir, snakemake
+from support.workflow import TEST_CONFIG, make_workdir, snakemake
 
 SEED = int(os.environ.get("RLBENCH_FAULT_SEED", "1130"))
 TARGETS = ("snakemake", "runner", "agent", "eval_child")
@@ -88,7 +90,8 @@ def plan_for(target: str, index: int, seed: int = SEED) -> Plan:
     return Plan(f"{target}-{index}", target, event, delay, variant, CI_TIME_LIMIT_S if ci else SLOW_TIME_LIMIT_S)
 
 
-PLANS = [pytest.param(plan_for(target, 0), id=f"{target}-0") for target in TARGETS] + [
+# Every trial is in the slow tier; the default tier's kill -9 and resume is tests/test_resume.py.
+PLANS = [pytest.param(plan_for(target, 0), id=f"{target}-0", marks=pytest.mark.slow) for target in TARGETS] + [
     pytest.param(plan_for(target, index), id=f"{target}-{index}", marks=pytest.mark.slow)
     for index in range(1, SLOW_TRIALS_PER_TARGET + 1)
     for target in TARGETS

@@ -642,6 +642,7 @@ def exchanges(tmp_path_factory, upstream, provider_key):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_chat_completions(exchanges):
     chat = exchanges["chat"]
     assert chat.status_code == 200, chat.text
@@ -662,6 +663,7 @@ def test_chat_completions(exchanges):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_anthropic_messages_stream_with_tool_use(exchanges):
     status, events = exchanges["messages"]
     assert status == 200, events
@@ -680,6 +682,7 @@ def test_anthropic_messages_stream_with_tool_use(exchanges):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_responses_stream(exchanges):
     status, events = exchanges["responses"]
     assert status == 200, events
@@ -697,6 +700,7 @@ def test_responses_stream(exchanges):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_gemini_stream_generate_content(exchanges):
     status, chunks = exchanges["gemini"]
     assert status == 200, chunks
@@ -708,6 +712,7 @@ def test_gemini_stream_generate_content(exchanges):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_side_calls_under_other_names_and_the_key_check(exchanges):
     side = exchanges["side_call"]
     assert side.status_code == 200, side.text  # the wildcard entry: any model name reaches the driver
@@ -717,6 +722,7 @@ def test_side_calls_under_other_names_and_the_key_check(exchanges):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_records_match_what_the_upstream_returned(exchanges, upstream):
     gateway, records_dir = exchanges["gateway"], exchanges["records_dir"]
     settle(gateway, 6)
@@ -796,6 +802,7 @@ def test_records_match_what_the_upstream_returned(exchanges, upstream):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_call_limit_refuses_with_429(tmp_path, upstream, provider_key):
     gateway = start_gateway(tmp_path / "gateway", upstream.url, GatewayLimits(calls=2))
     try:
@@ -837,6 +844,7 @@ def test_call_limit_refuses_with_429(tmp_path, upstream, provider_key):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_token_limit_refuses_and_cost_is_priced(tmp_path, provider_key):
     upstream = ScriptedLLM({"steps": SCRIPT, "cached_tokens": 30}, tmp_path / "requests.jsonl").__enter__()
     gateway = start_gateway(
@@ -869,6 +877,7 @@ def test_token_limit_refuses_and_cost_is_priced(tmp_path, provider_key):
 
 
 @needs_gateway
+@pytest.mark.tools
 def test_dead_upstream_fails_fast_and_is_reported(tmp_path, provider_key):
     gateway = start_gateway(tmp_path / "gateway", f"http://127.0.0.1:{dead_port()}/v1")
     try:

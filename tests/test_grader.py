@@ -7,27 +7,12 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import requests
-from safetensors.torch import load_file, save_file
 
 from rlbench.jsonio import read_json, read_jsonl
-
-
-def copy_model(source: Path, dest: Path) -> Path:
-    shutil.copytree(source, dest)
-    for path in dest.rglob("*"):
-        path.chmod(0o644)
-    return dest
-
-
-def perturb(model_dir: Path) -> None:
-    weights = load_file(model_dir / "model.safetensors")
-    name = sorted(weights)[0]
-    weights[name] = weights[name] + 0.01
-    save_file(weights, model_dir / "model.safetensors", metadata={"format": "pt"})
+from support.models import copy_model, perturb
 
 
 def submit(server, body, **kwargs) -> requests.Response:

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -31,7 +30,14 @@ from rlbench.grader import app as grader_app
 from rlbench.grader.app import MAX_BODY_BYTES
 from rlbench.jsonio import read_json, write_json
 from rlbench.ledger import MODEL_PATH_MAX_CHARS, is_submission, reference_view
-from test_grader import copy_model, perturb
+from support.grader import (
+    assert_consistent,
+    evaluation_children,
+    gone,
+    strict_json,
+    wait_for,
+)
+from support.models import copy_model, perturb
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,35 +47,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def post_raw(server, body: bytes, path: str = "/submit", **kwargs) -> requests.Response:
     return requests.post(f"{server.url}{path}", data=body, timeout=120, **kwargs)
-
-
-def strict_json(raw: bytes) -> object:
-    """Parse as strict JSON: UTF-8 only, no NaN/Infinity (what other languages' parsers accept)."""
-
-    def refuse(constant: str) -> None:
-        raise ValueError(f"not strict JSON: {constant}")
-
-    return json.loads(raw.decode("utf-8"), parse_constant=refuse)
-
-
-def ledger_entries(server) -> list[dict]:
-    raw = server.grader.ledger_path.read_bytes()
-    return [strict_json(line) for line in raw.splitlines() if line.strip()]
-
-
-def assert_consistent(server) -> list[dict]:
-    """Ledger lines are strict JSON, one per request, none pending; scores.json is its reference view."""
-    entries = ledger_entries(server)
-    health = requests.get(f"{server.url}/health", timeout=30).json()
-    assert health["requests"] == len(entries) == len(server.grader.entries)
-    assert not any(e.get("pending") for e in entries)
-    assert not any(e.get("pending") for e in server.grader.entries)
-    assert sorted(e["submission_id"] for e in entries) == list(range(1, len(entries) + 1))
-    workspace = server.grader.config.workspace
-    by_id = sorted(entries, key=lambda e: e["submission_id"])
-    assert strict_json((workspace / "scores.json").read_bytes()) == reference_view(by_id)
-    strict_json((workspace / "submissions.json").read_bytes())
-    return entries
 
 
 def assert_refused(response: requests.Response, status: int, reason: str) -> dict:
@@ -261,34 +238,6 @@ def test_concurrent_identical_submissions_are_evaluated_once(workspace, start_gr
 
 
 # -- 4. the grader's faults are not the model's ------------------------------------------------------------
-def evaluation_children(root: psutil.Process | None = None) -> list[psutil.Process]:
-    found = []
-    for child in (root or psutil.Process()).children(recursive=True):
-        try:
-            if "rlbench.evaluation" in child.cmdline():
-                found.append(child)
-        except psutil.Error:
-            pass
-    return found
-
-
-def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out waiting")
-
-
-def gone(process: psutil.Process) -> bool:
-    try:
-        return process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_killed_evaluation_is_a_retryable_grader_error(workspace, start_grader, tiny_model, tmp_path):
     """The evaluation process (the warm worker) is killed mid-evaluation: that submission is a
     grader error, and the next one is scored by a new worker. The held-out split is first a FIFO
@@ -375,8 +324,8 @@ def test_evaluation_child_dies_with_its_grader(tmp_path, tiny_model, gsm8k_data)
 
     The held-out split is a FIFO the test holds open: the child blocks reading it, after loading
     the model, and would wait there forever if the kernel did not kill it with its parent."""
-    from conftest import GSM8K_SETTINGS
     from rlbench.tasks.gsm8k import EVAL_FILE
+    from support.settings import GSM8K_SETTINGS
 
     eval_dir = tmp_path / "split"
     eval_dir.mkdir()

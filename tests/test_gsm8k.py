@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import GSM8K_SETTINGS, TEST_SALT
 from rlbench.generation import GenerationBackend
 from rlbench.jsonio import read_jsonl
 from rlbench.tasks.base import EvalContext
-from rlbench.tasks.gsm8k import GSM8K, opencompass_protocol
-from rlbench.tasks.gsm8k import public
+from rlbench.tasks.gsm8k import GSM8K, opencompass_protocol, public
+from support.settings import GSM8K_SETTINGS, TEST_SALT
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,11 @@ import json
 
 import pytest
 
-import opencompass_upstream
-from conftest import GSM8K_SETTINGS
 from rlbench.jsonio import read_jsonl
-from rlbench.tasks.gsm8k import public
-from rlbench.tasks.gsm8k import GSM8K, OPENCOMPASS_CONFIG, opencompass_protocol
+from rlbench.tasks.gsm8k import GSM8K, OPENCOMPASS_CONFIG, opencompass_protocol, public
 from rlbench.tasks.opencompass_config import VERSION, config_file
+from support import opencompass_upstream
+from support.settings import GSM8K_SETTINGS
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import opencompass_upstream
 from rlbench.config import load_registry
 from rlbench.execution import ExecutionScorer
 from rlbench.jsonio import read_jsonl
@@ -24,6 +23,7 @@ from rlbench.tasks import humaneval as he
 from rlbench.tasks.base import EvalContext
 from rlbench.tasks.humaneval import public
 from rlbench.tasks.opencompass_config import config_file
+from support import opencompass_upstream
 
 SETTINGS = {
     "name": "humaneval",

@@ -1,47 +1,28 @@
-"""The static (execution) and judge levels through the real workflow: HumanEval and AlpacaEval
-on the tiny model with the copy agent, then a judge change that reruns evaluations only."""
+"""The static (execution), judge and interactive levels through the real workflow: HumanEval,
+AlpacaEval, ALFWorld, WebShop and DeepSearchQA on the tiny model with the copy agent (the default
+tier's sweep, tests/conftest.py), then a judge change that reruns evaluations only."""
 
 from __future__ import annotations
 
-import copy
 import csv
 
-import pytest
+import yaml
 
 from rlbench.jsonio import read_json, read_jsonl
-from test_workflow import make_workdir, planned_jobs, snakemake
-
-CONFIG = {
-    "sweep": {"tasks": ["humaneval", "alpaca-eval"], "models": ["tiny"], "agents": ["copy"], "seeds": [0]},
-    "budget": {"time_limit_s": 120, "kill_grace_s": 2},
-    "tasks": {
-        "humaneval": {"max_new_tokens": 8},
-        "alpaca-eval": {
-            "source": "offline",
-            "eval_size": 6,
-            "max_new_tokens": 8,
-            # The tiny model as a local judge: the judge's whole path, offline, in seconds.
-            "judge": {"backend": "local", "model": "tiny"},
-        },
-    },
-    "evaluation": {"backend": "hf", "batch_size": 16, "eval_timeout_s": 300},
-}
+from support.workflow import planned_jobs
 
 
-@pytest.fixture(scope="module")
-def levels_sweep(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("levels"), CONFIG)
-    plan = planned_jobs(workdir)
-    assert plan.get("judge_config") == 1 and plan.get("check_execution") == 1, plan
-    snakemake(workdir, "--cores", "2")
-    return workdir
+def leaderboard(sweep) -> dict[str, dict]:
+    with open(sweep / "results/report/leaderboard.csv") as handle:
+        return {r["task"]: r for r in csv.DictReader(handle) if r["model"] == "tiny" and r["agent"] == "copy"}
 
 
-def test_copy_scores_delta_zero_on_both_levels_with_their_metrics(levels_sweep):
-    rows = {r["task"]: r for r in csv.DictReader(open(levels_sweep / "results/report/leaderboard.csv"))}
+def test_copy_scores_delta_zero_on_both_levels_with_their_metrics(session_sweep):
+    levels_sweep = session_sweep
+    rows = leaderboard(levels_sweep)
     assert rows["humaneval"]["metric"] == "pass@1" and rows["alpaca-eval"]["metric"] == "length_controlled_winrate"
-    for row in rows.values():
-        assert float(row["delta"]) == 0.0 and row["status"] == "completed", row
+    for task in ("humaneval", "alpaca-eval"):
+        assert float(rows[task]["delta"]) == 0.0 and rows[task]["status"] == "completed", rows[task]
     baseline = read_json(levels_sweep / "results/baselines/alpaca-eval/tiny.json")
     assert baseline["grader_noise"]["repeats"] == 3 and baseline["metrics"]["judge_failures"] == 0
     assert baseline["provenance"]["judge"]["backend"] == "local"
@@ -53,48 +34,33 @@ def test_copy_scores_delta_zero_on_both_levels_with_their_metrics(levels_sweep):
     assert any((levels_sweep / "results/judgments/alpaca-eval").rglob("*.json"))
 
 
-def test_a_judge_change_reruns_evaluations_never_an_agent(levels_sweep):
-    changed = copy.deepcopy(CONFIG)
+def test_a_judge_change_reruns_evaluations_never_an_agent(session_sweep):
+    """A dry run with the judge's batch size changed (the config is restored: nothing is run)."""
+    path = session_sweep / "config" / "config.yaml"
+    original = path.read_text()
+    changed = yaml.safe_load(original)
     changed["tasks"]["alpaca-eval"]["judge"]["batch_size"] = 2
-    (levels_sweep / "config" / "config.yaml").write_text(__import__("yaml").safe_dump(changed))
-    plan = planned_jobs(levels_sweep)
+    try:
+        path.write_text(yaml.safe_dump(changed))
+        plan = planned_jobs(session_sweep)
+    finally:
+        path.write_text(original)
     assert plan.get("judge_config") == 1 and plan.get("evaluate_baseline") == 1, plan
     for rule in ("run_agent", "prepare_workspace", "prepare_data", "check_execution"):
         assert rule not in plan, plan
+    assert planned_jobs(session_sweep) == {}
 
 
-# -- the interactive level: WebShop and DeepSearchQA through the real workflow ------------------
-ONLINE_CONFIG = {
-    "sweep": {"tasks": ["webshop", "deepsearchqa"], "models": ["tiny"], "agents": ["copy"], "seeds": [0]},
-    "budget": {"time_limit_s": 120, "kill_grace_s": 2},
-    "tasks": {
-        "webshop": {
-            "source": "offline", "catalogue_size": 40, "train_size": 8, "eval_size": 4, "max_new_tokens": 8,
-            "environment": {"max_steps": 4},
-        },
-        "deepsearchqa": {
-            "source": "offline", "kb_size": 60, "train_size": 8, "eval_size": 4, "max_new_tokens": 8,
-            "grader_noise_repeats": 2, "judge": {"backend": "match", "model": "string-match"},
-        },
-    },
-    "evaluation": {"backend": "hf", "batch_size": 16, "eval_timeout_s": 300},
-}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def online_sweep(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("online"), ONLINE_CONFIG)
-    plan = planned_jobs(workdir)
-    assert plan.get("generate_games") == 4 and plan.get("judge_config") == 1, plan
-    snakemake(workdir, "--cores", "2")
-    return workdir
-
-
-def test_webshop_and_deepsearchqa_end_to_end_with_copy(online_sweep):
-    rows = {r["task"]: r for r in csv.DictReader(open(online_sweep / "results/report/leaderboard.csv"))}
+# -- the interactive level: ALFWorld, WebShop and DeepSearchQA ------------------------------------
+def test_alfworld_webshop_and_deepsearchqa_end_to_end_with_copy(session_sweep):
+    online_sweep = session_sweep
+    rows = leaderboard(online_sweep)
     assert rows["webshop"]["metric"] == "success_rate" and rows["deepsearchqa"]["metric"] == "accuracy"
-    for row in rows.values():
-        assert float(row["delta"]) == 0.0 and row["status"] == "completed", row
+    assert rows["alfworld"]["metric"] == "success_rate"
+    for task in ("alfworld", "webshop", "deepsearchqa"):
+        assert float(rows[task]["delta"]) == 0.0 and rows[task]["status"] == "completed", rows[task]
+    alfworld = read_json(online_sweep / "results/baselines/alfworld/tiny.json")
+    assert alfworld["n"] == 6
     webshop = read_json(online_sweep / "results/baselines/webshop/tiny.json")
     assert webshop["n"] == 4 and {"mean_reward", "full_success_rate"} <= set(webshop["metrics"])
     search = read_json(online_sweep / "results/baselines/deepsearchqa/tiny.json")

@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import TINY_SPEC
 from rlbench import models
 from rlbench.models import ModelPrepareError, load_spec, prepare_model
+from support.settings import TINY_SPEC
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "config" / "models"

@@ -20,7 +20,7 @@ from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json, read_jsonl, write_json
 from rlbench.modes import FINAL, audit_mode
 from rlbench.report import LEADERBOARD_COLUMNS, write_leaderboard
-from test_grader import copy_model
+from support.models import copy_model
 
 SFT = """from trl import SFTConfig, SFTTrainer
 trainer = SFTTrainer(model=model, args=SFTConfig(output_dir="out", learning_rate=2e-5), train_dataset=ds)

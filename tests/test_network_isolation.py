@@ -30,7 +30,7 @@ from rlbench.sandbox import (
     network_policy,
     plan,
 )
-from test_runner import spec_for
+from support.runs import spec_for
 
 BWRAP_OK, BWRAP_WHY = bubblewrap_available()
 NETNS_OK, NETNS_WHY = network_namespace_available() if BWRAP_OK else (False, BWRAP_WHY)
@@ -67,6 +67,8 @@ timed("other", lambda: socket.create_connection(("127.0.0.1", other), timeout=20
 timed("web", lambda: urllib.request.urlopen("https://huggingface.co", timeout=5).status)
 timed("dns", lambda: socket.getaddrinfo("pypi.org", 443))
 timed("route", lambda: socket.create_connection(("1.1.1.1", 443), timeout=5).close())  # no DNS needed
+
+
 def hub():
     os.environ["HF_HUB_OFFLINE"] = "0"
     from huggingface_hub import snapshot_download
@@ -142,6 +144,7 @@ def probe_run(workspace, tiny_model, gsm8k_data, gateway: int, other: int, netwo
 
 
 @needs_netns
+@pytest.mark.sandbox
 def test_isolated_agent_reaches_its_grader_and_gateway_and_nothing_else(
     workspace, tiny_model, gsm8k_data, gateway, other_listener
 ):
@@ -170,6 +173,7 @@ def test_isolated_agent_reaches_its_grader_and_gateway_and_nothing_else(
 
 
 @needs_netns
+@pytest.mark.sandbox
 def test_host_network_restores_the_shared_network(workspace, tiny_model, gsm8k_data, gateway, other_listener):
     _, seen, run = probe_run(workspace, tiny_model, gsm8k_data, gateway, other_listener, "host")
     assert seen["grader"]["ok"] and seen["gateway"]["ok"], seen
@@ -286,6 +290,8 @@ port, count, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 payload = os.urandom(size)
 expected = f"{hashlib.sha256(payload).hexdigest()} {size}\n"
 answers = []
+
+
 def one():
     with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
         conn.sendall(payload)
@@ -323,6 +329,7 @@ def sandboxed(argv, tmp_path, ports=(), **kwargs) -> subprocess.CompletedProcess
 
 
 @needs_netns
+@pytest.mark.sandbox
 def test_many_concurrent_connections_with_half_close_through_the_sandbox(tmp_path, echo):
     done = sandboxed([sys.executable, "-c", INSIDE_CLIENT, str(echo), "40", str(1 << 20)], tmp_path, [echo])
     assert done.returncode == 0, done.stderr
@@ -331,6 +338,7 @@ def test_many_concurrent_connections_with_half_close_through_the_sandbox(tmp_pat
 
 
 @needs_netns
+@pytest.mark.sandbox
 def test_agent_exit_status_and_signals_pass_through_the_bridge(tmp_path, echo):
     assert sandboxed(["bash", "-c", "exit 7"], tmp_path, [echo]).returncode == 7
     assert sandboxed(["bash", "-c", "kill -TERM $$"], tmp_path, [echo]).returncode == 128 + 15
@@ -344,6 +352,7 @@ def test_agent_exit_status_and_signals_pass_through_the_bridge(tmp_path, echo):
 
 
 @needs_netns
+@pytest.mark.sandbox
 def test_socket_directory_is_read_only_inside(tmp_path, echo):
     script = f"touch {tmp_path / 'net' / 'x'} 2>&1; ls {tmp_path / 'net'}"
     done = sandboxed(["bash", "-c", script], tmp_path, [echo])
@@ -373,6 +382,7 @@ print(got, "of", rounds)
 
 
 @needs_netns
+@pytest.mark.sandbox
 def test_an_early_answer_to_a_huge_upload_is_not_lost(tmp_path):
     """A server that answers (413) after the first bytes of a huge body and closes with the rest unread (the
     kernel then resets the connection): the answer still reaches the agent, as it does without the bridge."""
@@ -411,6 +421,7 @@ except OSError as error:
 
 
 @needs_netns
+@pytest.mark.sandbox
 def test_host_unix_sockets_under_run_are_hidden_from_an_isolated_agent(tmp_path, echo):
     """A network namespace does not cover file-system sockets: a host daemon's socket under /run (D-Bus, a
     database, docker.sock) must not be reachable from the sandbox."""

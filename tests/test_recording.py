@@ -18,7 +18,6 @@ import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psutil
 import pytest
 import requests
 
@@ -34,8 +33,15 @@ from rlbench.grader.checks import (
     workspace_checkpoint_manifest,
 )
 from rlbench.jsonio import read_json, read_jsonl, write_json
-from rlbench.recording import CODE_GIT, CodeRepository, ResourceSampler, summarize_trace, tree_of, workspace_usage
-from test_grader import copy_model
+from rlbench.recording import (
+    CODE_GIT,
+    CodeRepository,
+    ResourceSampler,
+    summarize_trace,
+    tree_of,
+    workspace_usage,
+)
+from support.models import copy_model
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -50,7 +50,7 @@ import requests
 from rlbench.jsonio import read_json, read_jsonl
 from rlbench.ledger import REFERENCE_FIELDS
 from rlbench.sandbox import bubblewrap_available
-from test_grader import copy_model, perturb
+from support.models import copy_model, perturb
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 
@@ -309,12 +309,13 @@ def test_timer_sh_says_when_time_is_up(workspace, start_grader):
     assert out.stdout == "Timer expired!\n"
 
 
+@pytest.mark.sandbox
 @pytest.mark.skipif(not bubblewrap_available()[0], reason="bubblewrap cannot run here")
 def test_run_in_sandbox_timer_time_and_end_time(workspace, tiny_model, gsm8k_data):
     """A reference-style agent in the sandbox: bash timer.sh, run_meta.json, curl /time, submit;
     the runner then records the run's end in run_meta.json as the reference does."""
     from rlbench.runner import run_agent
-    from test_runner import spec_for
+    from support.runs import spec_for
 
     script = (
         "bash timer.sh > code/timer.txt; cp run_meta.json code/meta.txt; "

@@ -1,4 +1,8 @@
-"""An interrupted sweep resumes: the killed agent run starts again as a new attempt, the old ledger kept."""
+"""An interrupted sweep resumes: kill -9 of Snakemake's whole process group while the agent runs, then
+the documented resume (`make resume`); the killed agent run starts again as a new attempt, the old
+ledger kept, and the fault-injection audit (tests/support/faults.py) finds no acknowledged
+submission lost, no torn ledger line and no submission id twice. The slow tier's fault-injection
+trials (tests/test_fault_injection.py) kill each part of the sweep at seeded random moments."""
 
 from __future__ import annotations
 
@@ -9,7 +13,15 @@ import time
 
 from rlbench.attempts import marked_processes
 from rlbench.jsonio import read_json, read_jsonl
-from test_workflow import REPO, SNAKEMAKE, TEST_CONFIG, make_workdir, planned_jobs, snakemake
+from support.faults import audit_submissions
+from support.workflow import (
+    REPO,
+    SNAKEMAKE,
+    TEST_CONFIG,
+    make_workdir,
+    planned_jobs,
+    snakemake,
+)
 
 
 def test_killed_sweep_resumes_with_a_new_attempt_and_keeps_the_old_ledger(tmp_path):
@@ -48,3 +60,8 @@ def test_killed_sweep_resumes_with_a_new_attempt_and_keeps_the_old_ledger(tmp_pa
     assert list(read_jsonl(run_dir / "grader" / "ledger.jsonl"))  # the new attempt's own submissions
     assert marked_processes(first["marker"]) == []  # nothing of the killed attempt still runs
     assert (workdir / "results" / "report" / "leaderboard.csv").exists()
+
+    # What the agent was told (its agent.log, every attempt) is what each attempt's ledger holds.
+    audit = audit_submissions(run_dir)
+    assert audit["acknowledged"] >= 1, audit
+    assert audit["lost"] == [] and audit["invalid_ledger_lines"] == [] and audit["duplicate_ids"] == [], audit

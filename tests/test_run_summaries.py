@@ -12,12 +12,25 @@ import json
 from pathlib import Path
 
 import pytest
-from test_diagnostics import BASE, BASE_FP, BASELINE, META, PAPER_NAMES, code, entry, failed, make_run
 
 from rlbench import diagnostics as d
 from rlbench import narrative as n
 from rlbench.judges import Answer, Judge
-from rlbench.run_report import metrics_record, plot_score_trajectory, trajectory_axis, write_metrics_json
+from rlbench.run_report import (
+    metrics_record,
+    plot_score_trajectory,
+    trajectory_axis,
+    write_metrics_json,
+)
+from support.diagnostics import (
+    BASE,
+    BASE_FP,
+    BASELINE,
+    PAPER_NAMES,
+    entry,
+    failed,
+    make_run,
+)
 
 SFT_V1 = (
     "from trl import SFTConfig, SFTTrainer\n"  # 1

@@ -9,11 +9,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import EVALUATION, GSM8K_SETTINGS
-from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json, read_jsonl
-from rlbench.runner import RunSpec, run_agent
+from rlbench.runner import run_agent
 from rlbench.sandbox import bubblewrap_available
+from support.runs import spec_for
+from support.settings import GSM8K_SETTINGS
 
 SUBMIT_BASE = (
     'cp -r "$MODEL_PATH" "$OUTPUT_DIR/v1" && '
@@ -21,24 +21,6 @@ SUBMIT_BASE = (
     "r=u.Request(os.environ['GRADING_SERVER_URL']+'/submit', json.dumps({'model_path':'output/v1'}).encode()); "
     'print(u.urlopen(r).read().decode())"'
 )
-
-
-def spec_for(workspace: Path, tiny_model: Path, gsm8k_data, command: list[str], **kwargs) -> RunSpec:
-    options = dict(time_limit_s=60, kill_grace_s=1, sandbox_backend="none")
-    options.update(kwargs)
-    return RunSpec(
-        run_dir=workspace.parent,
-        workspace=workspace,
-        task_settings=GSM8K_SETTINGS,
-        agent={"name": "test", "command": command},
-        hf_id="rlbench/tiny-qwen2",
-        eval_dir=gsm8k_data[1],
-        baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
-        evaluation=EVALUATION,
-        hidden_paths=[gsm8k_data[1].parent],
-        labels={"task": "gsm8k", "model": "tiny", "agent": "test", "seed": "0"},
-        **options,
-    )
 
 
 def test_agent_killed_at_deadline_leaves_complete_ledger_and_timeout_record(workspace, tiny_model, gsm8k_data):
@@ -90,6 +72,7 @@ def test_agent_gets_the_contract_environment(workspace, tiny_model, gsm8k_data):
     assert Path(lines[-1]) == workspace.resolve()
 
 
+@pytest.mark.sandbox
 @pytest.mark.skipif(not bubblewrap_available()[0], reason="bubblewrap cannot run here")
 def test_sandbox_hides_held_out_split_and_keeps_grader_reachable(workspace, tiny_model, gsm8k_data):
     eval_file = gsm8k_data[1] / "eval.jsonl"
@@ -111,9 +94,9 @@ def test_workspace_holds_no_held_out_file(workspace, gsm8k_data):
 
 
 def test_workspace_tells_the_agent_its_mode(tmp_path, tiny_model, gsm8k_data):
-    from conftest import TINY_SPEC
     from rlbench.tasks.gsm8k import GSM8K
     from rlbench.workspace import prepare_workspace
+    from support.settings import TINY_SPEC
 
     ws = tmp_path / "ws"
     manifest = prepare_workspace(ws, GSM8K(), GSM8K_SETTINGS, tiny_model, TINY_SPEC["hf_id"], gsm8k_data[0], mode="sft-only")
@@ -121,6 +104,7 @@ def test_workspace_tells_the_agent_its_mode(tmp_path, tiny_model, gsm8k_data):
     assert "task.py" in manifest["files"] and "data/train.jsonl" in manifest["files"]
 
 
+@pytest.mark.sandbox
 @pytest.mark.skipif(not bubblewrap_available()[0], reason="bubblewrap cannot run here")
 def test_sandbox_keeps_visible_paths_under_private_tmp(tmp_path):
     import subprocess

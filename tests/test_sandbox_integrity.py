@@ -24,11 +24,11 @@ from rlbench.attempts import kill_marked, marked_processes
 from rlbench.jsonio import read_json
 from rlbench.runner import REPO_ROOT, run_agent
 from rlbench.sandbox import bubblewrap_available, split_masks
-from test_runner import spec_for
+from support.runs import spec_for
 
 BWRAP_OK, BWRAP_WHY = bubblewrap_available()
 needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap cannot run here: {BWRAP_WHY}")
-BACKENDS = ["none", pytest.param("bubblewrap", marks=needs_bwrap)]
+BACKENDS = ["none", pytest.param("bubblewrap", marks=[needs_bwrap, pytest.mark.sandbox])]
 CANARY = "held-out-canary-4711"
 
 
@@ -67,6 +67,7 @@ def outside_tmp():
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_host_home_and_caches_are_hidden_and_home_is_private(
     workspace, tiny_model, gsm8k_data, outside_tmp, monkeypatch
 ):
@@ -106,6 +107,7 @@ def test_host_home_and_caches_are_hidden_and_home_is_private(
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_repository_is_hidden_but_interpreter_and_agent_code_are_not(workspace, tiny_model, gsm8k_data):
     secret = [REPO_ROOT / ".snakemake", REPO_ROOT / "config", REPO_ROOT / "scripts" / "rlbench" / "tasks"]
     assert (REPO_ROOT / "config").is_dir() and (REPO_ROOT / "scripts" / "rlbench" / "tasks").is_dir()
@@ -135,6 +137,7 @@ def test_repository_is_hidden_but_interpreter_and_agent_code_are_not(workspace, 
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_agent_has_no_capabilities_to_undo_the_sandbox(workspace, tiny_model, gsm8k_data):
     """Run as root, bwrap would leave the agent CAP_SYS_ADMIN (unmount the masks) and CAP_NET_RAW (sniff loopback)."""
     script = (
@@ -169,6 +172,7 @@ def test_masks_never_hide_the_system_and_caches_inside_visible_paths_stay_hidden
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_copy_agent_runs_and_submits_in_the_sandbox(workspace, tiny_model, gsm8k_data):
     command = ["{python}", "{agents_dir}/copy_agent.py"]
     record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, command, sandbox_backend="bubblewrap"))
@@ -178,6 +182,7 @@ def test_copy_agent_runs_and_submits_in_the_sandbox(workspace, tiny_model, gsm8k
 
 
 @needs_bwrap
+@pytest.mark.sandbox
 def test_sft_agent_trains_and_submits_in_the_sandbox(workspace, tiny_model, gsm8k_data):
     spec = spec_for(
         workspace,

@@ -15,12 +15,12 @@ import psutil
 import pytest
 import requests
 
-from conftest import EVALUATION, GSM8K_SETTINGS
+from support.settings import EVALUATION, GSM8K_SETTINGS
 from rlbench.evaluation import run_in_child
 from rlbench.jsonio import read_json
 from rlbench.workers import WorkerPool
-from test_grader import copy_model, perturb
-from test_grader_hardening import assert_consistent, evaluation_children, gone, wait_for
+from support.models import copy_model, perturb
+from support.grader import assert_consistent, evaluation_children, gone, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,14 +1,17 @@
 """Run a REAL coding-agent tool through the real runner, sandbox and LLM gateway, against a scripted LLM.
 
-The scripted endpoint (tests/fixtures/scripted_llm.py) plays a fixed script whatever the tool: run the
-reference training code (the sft reference agent, one step on the tiny model; it submits output/v1 itself),
-submit again with curl, then finish. Each adapter test checks what the issue asks: a ledger entry, a code
+The scripted endpoint (tests/fixtures/scripted_llm.py) plays a fixed script whatever the tool: train, submit
+output/v1 with curl, then finish. The training is real (the sft reference agent, one TRL step on the tiny model;
+it submits output/v1 itself) or cheap (a script that writes the base model with one weight nudged as output/v1:
+no TRL, for the tests of accounting and recording). The default tier runs one tool (REAL_TRAINING_TOOL) with
+real training and the others with the cheap step; the slow tier runs the others with real training too. Each adapter test checks what the issue asks: a ledger entry, a code
 snapshot commit, parsed token usage equal to the scripted usage, the transcript, and a bounded end on a
 dead endpoint.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import shutil
 import sys
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EVALUATION, GSM8K_SETTINGS, REPO
+from support.settings import EVALUATION, GSM8K_SETTINGS, REPO
 from rlbench.adapters import get_adapter
 from rlbench.adapters.base import GatewayEndpoint, LaunchContext
 from rlbench.config import Registries
@@ -39,12 +42,79 @@ SUBMIT = (
     "curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H 'Content-Type: application/json' "
     "-d '{\"model_path\": \"output/v1\"}'"
 )
-# The scripted run: train with the reference code, submit, finish (mini-swe-agent ends on its marker command).
-TRAIN_AND_SUBMIT = [
-    {"command": TRAIN},
-    {"command": SUBMIT},
-    {"finish": "Trained one SFT step and submitted output/v1.", "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
-]
+# The cheap step, written into code/ (the sandbox shows the agent no test file) through base64, which
+# every tool's shell passes unchanged.
+CHEAP_STEP = """\"\"\"One cheap training step: the base model with one weight nudged, saved as output/v1.\"\"\"
+import os
+import shutil
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+out = Path(os.environ.get("OUTPUT_DIR", "output")) / "v1"
+shutil.copytree(os.environ["MODEL_PATH"], out, dirs_exist_ok=True)
+for path in [out, *out.rglob("*")]:
+    path.chmod(0o755 if path.is_dir() else 0o644)
+weights = load_file(out / "model.safetensors")
+name = sorted(weights)[0]
+weights[name] = weights[name] + 0.01
+(out / "model.safetensors").unlink()
+save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+print("wrote", out)
+"""
+CHEAP_TRAIN = (
+    f"mkdir -p code && echo {base64.b64encode(CHEAP_STEP.encode()).decode()} | base64 -d > code/perturb_step.py && "
+    "python code/perturb_step.py"
+)
+TRAININGS = {"real": TRAIN, "cheap": CHEAP_TRAIN}
+# The script each training runs (what a tool that returns before a command ends must wait for).
+TRAINING_SCRIPT = {"real": "code/sft_agent.py", "cheap": "code/perturb_step.py"}
+# The one tool whose default-tier run trains for real; the others take the cheap step there.
+REAL_TRAINING_TOOL = "mini-swe-agent"
+
+
+def _trainings(tool: str) -> list[tuple[str, tuple]]:
+    if tool == REAL_TRAINING_TOOL:
+        return [("real", ())]
+    return [("cheap", ()), ("real", (pytest.mark.slow,))]
+
+
+def training_params(tool: str) -> list:
+    """The `training` parameters of one tool's end-to-end test (see tool_trainings)."""
+    return [pytest.param(training, marks=marks, id=training) for training, marks in _trainings(tool)]
+
+
+def tool_trainings(tools: list[str]) -> list:
+    """(tool, training) parameters of the end-to-end tests: real training for REAL_TRAINING_TOOL in the
+    default tier and for every other tool in the slow tier; the cheap step for the others in the default tier."""
+    return [
+        pytest.param(tool, training, marks=marks, id=f"{tool}-{training}")
+        for tool in tools
+        for training, marks in _trainings(tool)
+    ]
+
+
+# The tool whose dead-endpoint run is in the default tier: the bound is the runner's (it stops a run
+# whose gateway sees the endpoint dead), the same for every tool; the others run in the slow tier.
+DEAD_ENDPOINT_TOOL = "claude-code"
+
+
+def dead_endpoint_params(tools: list[str]) -> list:
+    """The `tool` parameters of a dead-endpoint test: DEAD_ENDPOINT_TOOL in the default tier (where it is
+    among `tools`), every other tool in the slow tier."""
+    return [pytest.param(tool, id=tool, marks=() if tool == DEAD_ENDPOINT_TOOL else (pytest.mark.slow,)) for tool in tools]
+
+
+def train_and_submit(training: str = "real") -> list[dict]:
+    """The scripted run: train, submit, finish (mini-swe-agent ends on its marker command)."""
+    return [
+        {"command": TRAININGS[training]},
+        {"command": SUBMIT},
+        {"finish": "Trained and submitted output/v1.", "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
+    ]
+
+
+TRAIN_AND_SUBMIT = train_and_submit("real")
 
 
 def cli_entry(name: str, base_url: str, **overrides) -> dict:

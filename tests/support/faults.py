@@ -35,7 +35,7 @@ import psutil
 import yaml
 
 from rlbench.attempts import marked_processes
-from test_workflow import REPO, SNAKEMAKE
+from support.workflow import REPO, SNAKEMAKE
 
 PROFILE = REPO / "workflow" / "profiles" / "local"
 RUN_REL = Path("results", "runs", "gsm8k", "tiny", "sft", "0")
