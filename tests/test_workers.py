@@ -15,12 +15,12 @@ import psutil
 import pytest
 import requests
 
-from support.settings import EVALUATION, GSM8K_SETTINGS
 from rlbench.evaluation import run_in_child
 from rlbench.jsonio import read_json
 from rlbench.workers import WorkerPool
-from support.models import copy_model, perturb
 from support.grader import assert_consistent, evaluation_children, gone, wait_for
+from support.models import copy_model, perturb
+from support.settings import EVALUATION, GSM8K_SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,20 +54,104 @@ def test_one_warm_worker_answers_every_submission_as_a_fresh_process_would(works
     assert_consistent(server)
 
 
-def test_a_worker_killed_while_idle_costs_no_submission(workspace, start_grader, tiny_model):
-    server = start_grader(workspace)
+def kill_idle_worker(server) -> psutil.Process:
+    """SIGKILL the slot's own worker (the one that evaluated submission 1), once it is idle."""
+    pool = server.grader.workers
+    assert pool.wait_ready(timeout=60)
+    pid = pool.worker_pid()
+    assert pid is not None
+    worker = psutil.Process(pid)
+    assert "--worker" in worker.cmdline()
+    worker.send_signal(signal.SIGKILL)
+    return worker
+
+
+def two_versions(workspace, tiny_model) -> None:
     perturb(copy_model(tiny_model, workspace / "output" / "v1"))
     second = copy_model(tiny_model, workspace / "output" / "v2")
     perturb(second)
     perturb(second)
+
+
+def test_a_worker_killed_while_idle_costs_no_submission(workspace, start_grader, tiny_model):
+    """The pool notices an idle worker's death by itself and has a new one ready before the next
+    submission comes (no submission is needed to find out, and none pays for it)."""
+    server = start_grader(workspace)
+    two_versions(workspace, tiny_model)
     assert submit(server, "output/v1").status_code == 200
-    worker = wait_for(evaluation_children)[0]
-    worker.send_signal(signal.SIGKILL)
-    wait_for(lambda: gone(worker), timeout=30)
+    pool = server.grader.workers
+    assert pool.starts == 1
+    worker = kill_idle_worker(server)
+    wait_for(lambda: pool.starts == 2, timeout=60)  # replaced, with no submission in between
+    assert pool.wait_ready(timeout=120)
+    assert gone(worker) and pool.worker_pid() not in (None, worker.pid)
+    assert len(server.grader.entries) == 1 and pool.crashes == 0
     response = submit(server, "output/v2")
     assert response.status_code == 200 and response.json()["status"] == "scored"
-    assert server.grader.workers.starts == 2
+    assert pool.starts == 2
+    assert server.grader.entries[-1]["eval_timing"]["worker"]["handed_over"] is False
     assert [e["status"] for e in assert_consistent(server)] == ["scored", "scored"]
+
+
+def test_a_submission_right_after_an_idle_worker_is_killed_is_scored(workspace, start_grader, tiny_model):
+    """Submitted while the killed worker may still be exiting (psutil calls it a zombie, the pool may
+    not know yet): the job goes to a fresh worker, either the pool's replacement or, when it was
+    handed to the dying one, a new one (it had not accepted the job). It is scored either way."""
+    server = start_grader(workspace)
+    two_versions(workspace, tiny_model)
+    assert submit(server, "output/v1").status_code == 200
+    kill_idle_worker(server)
+    response = submit(server, "output/v2")
+    assert response.status_code == 200 and response.json()["status"] == "scored"
+    assert server.grader.workers.starts == 2 and server.grader.workers.crashes == 0
+    assert server.grader.entries[-1]["eval_timing"]["worker"]["reused"] is False
+    assert [e["status"] for e in assert_consistent(server)] == ["scored", "scored"]
+
+
+def test_a_job_handed_to_a_worker_that_dies_before_accepting_it_goes_to_a_new_worker(tmp_path, tiny_model, gsm8k_data):
+    """The race itself, made certain: the slot is kept from noticing the death, so the job is
+    written to the dead worker; that never accepted it, so a fresh worker evaluates it."""
+    pool = WorkerPool(tmp_path / "workers")
+    try:
+        pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1")
+        slot = pool._slots[None]
+        # Blind to the death (as in the instant before the kernel reports it): the job is handed to the dead worker.
+        slot._died = lambda: False
+        slot._alive = lambda: slot.proc is not None
+        worker = psutil.Process(pool.worker_pid())
+        worker.send_signal(signal.SIGKILL)
+        wait_for(lambda: gone(worker), timeout=30)
+        result = pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval2")
+        assert result["worker"]["handed_over"] is True and result["worker"]["reused"] is False
+        assert "score" in result and pool.starts == 2 and pool.crashes == 0
+        assert pool.worker_pid() not in (None, worker.pid)
+    finally:
+        pool.close()
+
+
+def test_a_job_that_kills_every_worker_before_it_is_accepted_fails_once(tmp_path, tiny_model, gsm8k_data, monkeypatch):
+    """Only one transparent retry per job: a request that kills workers is still contained."""
+    import rlbench.workers as workers
+
+    pool = WorkerPool(tmp_path / "workers")
+    try:
+        pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1")
+        real_hand = workers._Slot._hand
+
+        def killing_hand(slot, proc, job, message):  # the worker dies as the job reaches it
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return real_hand(slot, proc, job, message)
+
+        monkeypatch.setattr(workers._Slot, "_hand", killing_hand)
+        with pytest.raises(workers.GraderFault, match="SIGKILL while starting"):
+            pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval2")
+        assert pool.crashes == 1
+        wait_for(lambda: pool.starts == 3, timeout=60)  # the first worker, the one new one the job got, a replacement
+        assert pool.wait_ready(timeout=120)
+        assert pool.starts == 3
+    finally:
+        pool.close()
 
 
 def test_a_worker_past_the_timeout_is_stopped_and_replaced(workspace, start_grader, tiny_model, tmp_path):
@@ -180,5 +264,25 @@ def test_a_worker_that_cannot_be_started_fails_one_evaluation_and_the_pool_lives
             pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1")
         result = pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval2")
         assert result["worker"]["mode"] == "warm" and "score" in result
+    finally:
+        pool.close()
+
+
+def test_a_worker_idle_on_a_gpu_is_replaced_once_and_a_fresh_one_is_kept(tmp_path, tiny_model, gsm8k_data):
+    """worker_idle_s after an evaluation on a GPU set (here a fake one), the worker is replaced by a
+    fresh one (which holds no GPU memory); that one has not evaluated, so it is kept, however long
+    it is idle (the watch for idle deaths does not replace it)."""
+    import time
+
+    pool = WorkerPool(tmp_path / "workers", idle_s=2)
+    try:
+        pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1", gpu="0")
+        first = pool.worker_pid("0")
+        wait_for(lambda: pool.starts == 2, timeout=60)
+        assert pool.wait_ready("0", timeout=120)
+        fresh = pool.worker_pid("0")
+        assert fresh not in (None, first)
+        time.sleep(4)  # twice idle_s: the fresh worker stays
+        assert pool.starts == 2 and pool.worker_pid("0") == fresh
     finally:
         pool.close()

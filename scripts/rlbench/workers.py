@@ -12,7 +12,11 @@ worker that dies while evaluating (a crash, an out-of-memory kill) fails only th
 (GraderFault, or EvaluationError when it ran past the timeout, as before) and is replaced. A
 worker is reused only after a clean success: after any failure, and after every vLLM evaluation
 (vLLM does not give its GPU memory back inside a process), it exits and a fresh one is started
-right away, which has imported what it needs but holds no GPU memory until it evaluates.
+right away, which has imported what it needs but holds no GPU memory until it evaluates. A worker
+that dies while idle is noticed (its replies reach EOF) and replaced before a submission needs it;
+a submission handed to a worker in the instant it dies, before the worker has accepted it (its
+first reply to a request, written before anything is done with it), goes to a fresh worker
+instead, once: it costs no submission.
 Between evaluations a worker frees the model (garbage collection, CUDA's cached blocks, malloc
 arenas); a worker that evaluated on a GPU and then sat idle for `worker_idle_s` seconds is
 replaced by a fresh one, so that the agent's own training gets back the CUDA context too.
@@ -53,7 +57,12 @@ DEFAULT_IDLE_S = 300.0
 STOP_GRACE_S = 5.0
 # How long a new worker may take to import what it needs before it is given up on.
 STARTUP_TIMEOUT_S = 600.0
+# How often an idle slot looks at its worker (did it die?): a bound on the queue wait, no delay to jobs.
+WATCH_S = 0.25
+# Workers that die idle one after another are replaced this many times; then the next job starts one.
+IDLE_DEATHS_REPLACED = 3
 _READY = "ready"
+_ACCEPTED = "accepted"
 
 
 # -- the worker process ----------------------------------------------------------------------
@@ -76,6 +85,9 @@ def worker_main(parent_pid: str) -> None:
     replies.write(json.dumps({_READY: True, "pid": os.getpid(), "startup_s": round(time.perf_counter() - started, 3)}) + "\n")
     for line in requests:
         message = json.loads(line)
+        # The job is this worker's from now on: before this line, a worker that dies has done nothing
+        # with it, and the grader hands it to a fresh worker (rlbench.workers._Slot._run).
+        replies.write(json.dumps({"id": message["id"], _ACCEPTED: True}) + "\n")
         _flush()
         log = os.open(message["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         os.dup2(log, 1)
@@ -161,7 +173,12 @@ class _Timeout(Exception):
 
 class _Slot:
     """One GPU set's worker, driven by its own thread (which starts every process of the slot, so
-    that each dies with the grader: lifeline.die_with_parent is tied to the starting thread)."""
+    that each dies with the grader: lifeline.die_with_parent is tied to the starting thread).
+
+    While idle with a live process the thread also watches that process (EOF on its replies, its
+    exit status, every WATCH_S seconds): a worker that died idle (killed, out of memory) is
+    replaced before a submission needs it. A job handed to a worker that dies before it has
+    accepted the job (the race with such a death) is handed to a fresh worker, once."""
 
     def __init__(self, pool: "WorkerPool", gpu: str | None):
         self.pool, self.gpu = pool, gpu
@@ -175,6 +192,7 @@ class _Slot:
         self.used = False  # the current process has evaluated (it may hold GPU memory)
         self.last_used = 0.0
         self.startup_s: float | None = None
+        self.idle_deaths = 0  # workers in a row that died idle (reset by a job's answer)
         self.thread = threading.Thread(target=self._loop, name=f"eval-worker-{gpu or 'cpu'}", daemon=True)
         self.thread.start()
 
@@ -208,10 +226,9 @@ class _Slot:
     def _loop(self) -> None:
         while True:
             try:
-                command = self.jobs.get(timeout=self._idle_wait())
-            except queue.Empty:  # idle on a GPU for too long: a fresh process holds no GPU memory
-                self._stop()
-                self._start_quietly()
+                command = self.jobs.get(timeout=self._wait())
+            except queue.Empty:
+                self._tend()
                 continue
             if command is None:
                 self._stop()
@@ -229,10 +246,57 @@ class _Slot:
             if self.proc is None and not self.pool.closed:
                 self._start_quietly()  # the next submission finds a warm worker
 
-    def _idle_wait(self) -> float | None:
-        if not (self.gpus and self.used and self._alive()):
+    def _wait(self) -> float | None:
+        """How long to wait for a command: forever without a process, else until the next look at it."""
+        if self.proc is None:
             return None
-        return max(0.0, self.last_used + self.pool.idle_s - time.monotonic())
+        idle_end = self._idle_end()
+        if idle_end is None:
+            return WATCH_S
+        return min(WATCH_S, max(0.0, idle_end - time.monotonic()))
+
+    def _idle_end(self) -> float | None:
+        """When a process that evaluated on a GPU has been idle long enough to be replaced."""
+        if not (self.gpus and self.used):
+            return None
+        return self.last_used + self.pool.idle_s
+
+    def _tend(self) -> None:
+        """The idle process, looked at: one that died is replaced (a limited number of times in a
+        row), and so is one idle on a GPU for too long (a fresh process holds no GPU memory)."""
+        if self.proc is None or self.pool.closed:
+            return
+        if self._died():
+            self.idle_deaths += 1
+            replace = self.idle_deaths <= IDLE_DEATHS_REPLACED
+            proc = self.proc
+            self._stop()
+            print(
+                f"rlbench.workers: the idle evaluation worker {proc.pid} ({self.gpu or 'cpu'}) died"
+                f" (exit status {proc.returncode}); {'replacing it' if replace else 'the next job starts one'}",
+                file=sys.stderr,
+            )
+            if replace:
+                self._start_quietly()
+            return
+        idle_end = self._idle_end()
+        if idle_end is not None and time.monotonic() >= idle_end:
+            self._stop()
+            self._start_quietly()
+
+    def _died(self) -> bool:
+        """The idle process has exited, or is exiting: its exit status is known, or its replies
+        reached EOF (psutil may call a killed worker a zombie while its other threads still exit,
+        before waitpid reports it: EOF comes when the last of them has closed its files)."""
+        if self.proc.poll() is not None:
+            return True
+        fd = self.proc.stdout.fileno()
+        while select.select([fd], [], [], 0)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return True
+            self._buffer += chunk  # nothing is expected between jobs; kept for _reply, which skips it
+        return False
 
     def _alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -299,33 +363,33 @@ class _Slot:
         if self.pool.closed:
             raise RuntimeError("the evaluation workers are closed")
         self.pool.overlapping_released(self)
-        if not self._alive():
-            self._start()
-        if self.proc is None:
-            log = self.pool.log_dir / f"worker-{self.gpu or 'cpu'}.log"
-            raise GraderFault(
-                "the evaluation worker did not start",
-                f"the evaluation worker exited or hung while importing; see {log}",
-            )
-        reused = self.used
-        proc = self.proc
         paths = _paths(job.work_dir)
         message = {"id": job.id, **{k: str(v) for k, v in paths.items()}}
-        deadline = time.monotonic() + job.timeout
+        handed_over = False
         try:
-            try:
-                proc.stdin.write((json.dumps(message) + "\n").encode())
-                proc.stdin.flush()
-            except OSError:
-                pass  # it died: its exit status tells how (below)
-            reply = self._reply(job.id, deadline)
+            while True:
+                proc = self._ready_process()
+                reused = self.used
+                accepted, reply = self._hand(proc, job, message)
+                if reply is not None or accepted or handed_over or self.pool.closed:
+                    break
+                # It died before it read the job (killed while idle, just before the job came): it
+                # did nothing with it, so the job costs no submission: a fresh worker gets it, once
+                # (a job that kills every worker it is handed to still fails, below).
+                handed_over = True
+                self._stop()
+                print(
+                    f"rlbench.workers: the evaluation worker {proc.pid} died before it accepted job {job.id}"
+                    f" (exit status {proc.returncode}); the job goes to a new worker",
+                    file=sys.stderr,
+                )
         except _Timeout:
             self.kill()
             self._stop()
             raise EvaluationError(f"evaluation took longer than {job.timeout:g} s and was stopped") from None
         finally:
             shutil.rmtree(job.work_dir / "scratch", ignore_errors=True)
-        self.used, self.last_used = True, time.monotonic()
+        self.used, self.last_used, self.idle_deaths = True, time.monotonic(), 0
         if reply is None:  # the process ended without answering: killed, or crashed
             with self._lock:
                 self.proc = None
@@ -336,8 +400,36 @@ class _Slot:
         if not (reply.get("ok") and reply.get("reusable")):
             self._stop()  # never reuse a process after a failure, nor after vLLM
         outcome = _outcome(0 if reply.get("ok") else 1, paths["result"], paths["error"], paths["log"], paths["phase"])
-        outcome["worker"] = {"mode": "warm", "reused": reused, "startup_s": self.startup_s}
+        outcome["worker"] = {"mode": "warm", "reused": reused, "startup_s": self.startup_s, "handed_over": handed_over}
         return outcome
+
+    def _ready_process(self) -> subprocess.Popen:
+        """The slot's process, started now if there is none (GraderFault when none starts)."""
+        if not self._alive():
+            self._start()
+        if self.proc is None:
+            log = self.pool.log_dir / f"worker-{self.gpu or 'cpu'}.log"
+            raise GraderFault(
+                "the evaluation worker did not start",
+                f"the evaluation worker exited or hung while importing; see {log}",
+            )
+        return self.proc
+
+    def _hand(self, proc: subprocess.Popen, job: _Job, message: dict) -> tuple[bool, dict | None]:
+        """Send the job; (whether the worker accepted it, its answer: None when it died first)."""
+        deadline = time.monotonic() + job.timeout
+        try:
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+        except OSError:
+            pass  # it died: its exit status tells how
+        accepted = False
+        while True:
+            reply = self._reply(job.id, deadline)
+            if reply is not None and reply.get(_ACCEPTED):
+                accepted = True
+                continue
+            return accepted, reply
 
     def _reply(self, job_id: int | None, deadline: float) -> dict | None:
         """The worker's answer to this job (None: its stdout closed, it is gone); the ready line
@@ -430,6 +522,16 @@ class WorkerPool:
     def wait_ready(self, gpu: str | None = None, timeout: float | None = None) -> bool:
         """Wait until the worker of this GPU set has done its imports (benchmarks, tests)."""
         return self.mode == "warm" and self._slot(gpu).ready_event.wait(timeout)
+
+    def worker_pid(self, gpu: str | None = None) -> int | None:
+        """The pid of the worker process of this GPU set now (None: it has none; tests, diagnostics)."""
+        with self._lock:
+            slot = self._slots.get(gpu)
+        if slot is None:
+            return None
+        with slot._lock:
+            proc = slot.proc
+        return None if proc is None else proc.pid
 
     def evaluate(
         self,
