@@ -10,11 +10,10 @@ import pytest
 from rlbench.adapters import ADAPTERS, build_prompt, get_adapter
 from rlbench.adapters.session import PROVIDER_KEY_VARS, scrub_provider_keys
 from rlbench.config import ConfigError, Registries, load_registry
-from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json
-from rlbench.runner import RunSpec, refuse_provider_key, run_agent
+from rlbench.runner import refuse_provider_key, run_agent
 from rlbench.setup_agents import SetupError, find_python
-from support.settings import EVALUATION, GSM8K_SETTINGS
+from support.runs import spec_for
 
 CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands", "mini-swe-agent")
 
@@ -120,18 +119,7 @@ def test_readiness_failure_stops_that_run_with_what_to_do_and_never_the_key(
     else:
         monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     agent = Registries.load().agents["claude-code"]
-    spec = RunSpec(
-        run_dir=workspace.parent,
-        workspace=workspace,
-        task_settings=GSM8K_SETTINGS,
-        agent=agent,
-        hf_id="rlbench/tiny-qwen2",
-        eval_dir=gsm8k_data[1],
-        baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
-        time_limit_s=30,
-        evaluation=EVALUATION,
-        sandbox_backend="none",
-    )
+    spec = spec_for(workspace, tiny_model, gsm8k_data, agent=agent, time_limit_s=30, kill_grace_s=10.0)
     record = run_agent(spec)
     run = read_json(workspace.parent / "run.json")
     assert record.status == run["status"] == "error" and run["exit_code"] is None

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from support.settings import EVALUATION, GSM8K_SETTINGS, REPO
 from rlbench.adapters import get_adapter
 from rlbench.adapters.base import GatewayEndpoint, LaunchContext
 from rlbench.config import Registries
-from rlbench.grader.checks import fingerprint
 from rlbench.jsonio import read_json, read_jsonl
-from rlbench.runner import AGENTS_DIR, RunSpec, run_agent
+from rlbench.runner import AGENTS_DIR, run_agent
+from support.runs import spec_for
+from support.settings import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -114,8 +114,6 @@ def train_and_submit(training: str = "real") -> list[dict]:
     ]
 
 
-TRAIN_AND_SUBMIT = train_and_submit("real")
-
 
 def cli_entry(name: str, base_url: str, **overrides) -> dict:
     """The registry entry `name`, its driver pointed at the scripted endpoint (an OpenAI-compatible chat server)."""
@@ -166,21 +164,8 @@ def run_cli(
     """run_agent on the test workspace with `agent` (a cli entry), as run_agent.py would."""
     if monkeypatch is not None:
         monkeypatch.setenv(SCRIPTED_KEY_ENV, "sk-scripted-provider-key-never-in-the-sandbox")
-    spec = RunSpec(
-        run_dir=workspace.parent,
-        workspace=workspace,
-        task_settings=GSM8K_SETTINGS,
-        agent=agent,
-        hf_id="rlbench/tiny-qwen2",
-        eval_dir=gsm8k_data[1],
-        baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
-        time_limit_s=time_limit_s,
-        kill_grace_s=3,
-        evaluation=EVALUATION,
-        sandbox_backend=sandbox_backend,
-        hidden_paths=[gsm8k_data[1].parent],
-        labels={"task": "gsm8k", "model": "tiny", "agent": agent["name"], "seed": "0"},
-    )
+    spec = spec_for(workspace, tiny_model, gsm8k_data, agent=agent, time_limit_s=time_limit_s, kill_grace_s=3,
+                    sandbox_backend=sandbox_backend)
     started = time.time()
     record = run_agent(spec)
     run_dir = workspace.parent

@@ -10,20 +10,25 @@ from rlbench.runner import RunSpec
 from support.settings import EVALUATION, GSM8K_SETTINGS
 
 
-def spec_for(workspace: Path, tiny_model: Path, gsm8k_data, command: list[str], **kwargs) -> RunSpec:
-    options = dict(time_limit_s=60, kill_grace_s=1, sandbox_backend="none")
-    options.update(kwargs)
-    return RunSpec(
+def spec_for(workspace: Path, tiny_model: Path, gsm8k_data, command: list[str] | None = None, *,
+             agent: dict | None = None, **kwargs) -> RunSpec:
+    """A RunSpec on the test workspace: the agent `command` (named "test"), or a registry `agent` entry;
+    keyword arguments override the defaults (60 s, 1 s grace, no sandbox) and any other RunSpec field."""
+    agent = agent if agent is not None else {"name": "test", "command": command}
+    options = dict(
         run_dir=workspace.parent,
         workspace=workspace,
         task_settings=GSM8K_SETTINGS,
-        agent={"name": "test", "command": command},
+        agent=agent,
         hf_id="rlbench/tiny-qwen2",
         eval_dir=gsm8k_data[1],
         baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
         evaluation=EVALUATION,
         hidden_paths=[gsm8k_data[1].parent],
-        labels={"task": "gsm8k", "model": "tiny", "agent": "test", "seed": "0"},
-        **options,
+        labels={"task": "gsm8k", "model": "tiny", "agent": agent["name"], "seed": "0"},
+        time_limit_s=60,
+        kill_grace_s=1,
+        sandbox_backend="none",
     )
-
+    options.update(kwargs)
+    return RunSpec(**options)
