@@ -93,10 +93,19 @@ def resolve_submission(workspace: Path, model_path: object) -> Path:
 
 
 def _resolve(workspace: Path, model_path: str) -> Path:
+    """resolve_submission's checks, on a tree the agent may change while they run: every OSError
+    that its paths answer (a file, link or directory swapped, removed or made unreadable meanwhile)
+    is a refusal of the submission (_agent_error), never an error of the grader's; ENAMETOOLONG of
+    model_path itself is left to resolve_submission (invalid_path)."""
     root = Path(os.path.realpath(workspace))
     raw = Path(model_path)
     candidate = raw if raw.is_absolute() else root / raw
-    real = Path(os.path.realpath(candidate))
+    try:
+        real = Path(os.path.realpath(candidate))
+    except OSError as exc:  # a link replaced between realpath's lstat and its readlink
+        if exc.errno == errno.ENAMETOOLONG:
+            raise
+        raise _agent_error(candidate, ".", exc) from None
     if real != root and root not in real.parents:
         raise SubmissionRefused(
             403,
@@ -104,21 +113,63 @@ def _resolve(workspace: Path, model_path: str) -> Path:
             f"model_path must be inside the workspace ({root}); got {shown(model_path)} "
             f"(resolves to {safe_text(str(real), SHOWN_PATH_CHARS)})",
         )
-    if not real.exists():
-        raise SubmissionRefused(404, "missing_path", f"model_path does not exist: {shown(model_path)}")
-    if not real.is_dir():
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise SubmissionRefused(404, "missing_path", f"model_path does not exist: {shown(model_path)}") from None
+        raise _agent_error(real, ".", exc) from None
+    if not stat.S_ISDIR(st.st_mode):
         raise SubmissionRefused(
             400, "not_a_directory", f"model_path must be a model directory, got a file: {shown(model_path)}"
         )
-    for path in real.rglob("*"):
-        target = Path(os.path.realpath(path))
-        if target != root and root not in target.parents:
-            raise SubmissionRefused(
-                403,
-                "outside_workspace",
-                f"{safe_text(str(path.relative_to(real)))} in {shown(model_path)} links outside the workspace",
-            )
+    escaping = _first_link_outside(root, real)
+    if escaping is not None:
+        raise SubmissionRefused(
+            403,
+            "outside_workspace",
+            f"{safe_text(str(escaping.relative_to(real)))} in {shown(model_path)} links outside the workspace",
+        )
     return real
+
+
+def _first_link_outside(root: Path, real: Path) -> Path | None:
+    """The first path below the directory `real` (depth first, links not descended into, as
+    Path.rglob("*")) whose real path is outside root, or None. A directory that cannot be listed
+    for its permissions is passed over (the snapshot refuses it: unreadable_checkpoint); one that
+    vanished or was swapped for something else since it was seen, or an entry whose links changed
+    while resolved, is a refusal (_agent_error)."""
+    stack = [real]
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda e: e.name, reverse=True)
+        except PermissionError:
+            continue
+        except OSError as exc:
+            raise _agent_error(real, _shown_rel(directory, real), exc) from None
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                target = Path(os.path.realpath(path))
+            except OSError as exc:  # a link replaced between realpath's lstat and its readlink
+                raise _agent_error(real, _shown_rel(path, real), exc) from None
+            if target != root and root not in target.parents:
+                return path
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False  # vanished since listed
+            if is_dir:
+                stack.append(path)
+    return None
+
+
+def _shown_rel(path: Path, top: Path) -> str:
+    return "." if path == top else str(path.relative_to(top))
 
 
 def inspect_names(names: list[str]) -> None:
@@ -505,9 +556,32 @@ def _changed(model_dir: Path, what: str) -> SubmissionRefused:
     return SubmissionRefused(
         409,
         "checkpoint_changed",
-        f"{what} changed while the grader was copying {safe_text(str(model_dir.name), SHOWN_PATH_CHARS)}: "
+        f"{what} changed while the grader was checking or copying {safe_text(str(model_dir.name), SHOWN_PATH_CHARS)}: "
         "submit a checkpoint once it is completely saved, and leave it alone until the answer comes",
     )
+
+
+# What the agent's side answers when a path it holds was swapped, removed or replaced while the
+# grader lists, stats, opens or resolves it (a file for a link or a directory, a directory for a
+# link or a file; EINVAL: readlink of what is no longer a link; ENXIO/ENODEV: a socket, a device):
+# the submission changed under the grader (checkpoint_changed).
+_CHANGED_ERRNOS = frozenset(
+    {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.EINVAL, errno.ENXIO, errno.ENODEV, errno.ESTALE}
+)
+# What is the grader's own state, whichever path it names (its descriptors, its memory): its fault.
+_GRADER_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+
+
+def _agent_error(model_dir: Path, rel: str, exc: OSError) -> SubmissionRefused:
+    """The refusal an OSError of the agent's own paths (listing, stat, open, resolving, reading
+    them) calls for: checkpoint_changed for a race (_CHANGED_ERRNOS), unreadable_checkpoint for
+    anything else (permissions, an I/O error); the grader's own errors (_GRADER_ERRNOS) are
+    re-raised as they are, never blamed on the agent."""
+    if exc.errno in _GRADER_ERRNOS:
+        raise exc
+    if exc.errno in _CHANGED_ERRNOS:
+        return _changed(model_dir, safe_text(str(rel), SHOWN_PATH_CHARS) if rel not in ("", ".") else "the directory")
+    return _unreadable(model_dir, rel, exc)
 
 
 def _inside(root: Path, path: str) -> bool:
@@ -557,11 +631,11 @@ def _walk(
     raises Unreadable, or is skipped (skip_unreadable). Closing the generator closes every
     descriptor it opened."""
     try:
-        names = sorted(os.listdir(dir_fd))
-    except OSError as exc:
+        names = _listing(dir_fd)
+    except OSError as exc:  # ENOENT: the directory was removed since it was opened
         if skip_unreadable:
             return
-        raise Unreadable(exc.errno, exc.strerror, str(rel)) from None
+        raise _source_error(exc, str(rel)) from None
     for name in names:
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -570,17 +644,18 @@ def _walk(
         except OSError as exc:
             if skip_unreadable:
                 continue
-            raise Unreadable(exc.errno, exc.strerror, str(rel / name)) from None
+            raise _source_error(exc, str(rel / name)) from None
         yield _Entry(rel / name, name, dir_fd, st)
         if stat.S_ISDIR(st.st_mode) and depth < max_depth:
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
             except OSError as exc:
-                if exc.errno == errno.ELOOP or skip_unreadable:  # ELOOP: swapped for a link since listed
+                # Removed, or swapped for a file (ENOTDIR) or a link (ELOOP) since its lstat: skipped
+                # where that is allowed; else the checkpoint changed while copied (Unreadable,
+                # classified by _agent_error), never a directory followed elsewhere.
+                if skip_unreadable:
                     continue
-                raise Unreadable(exc.errno, exc.strerror, str(rel / name)) from None
+                raise _source_error(exc, str(rel / name)) from None
             try:
                 yield from _walk(child, max_depth, rel / name, depth + 1, skip_unreadable)
             finally:
@@ -592,8 +667,24 @@ class NotRegularFile(OSError):
 
 
 class Unreadable(OSError):
-    """The agent's file or directory cannot be read (its permissions, most likely): its doing, not
-    the grader's, unlike a failure to write the copy (a full disk), which stays a plain OSError."""
+    """The agent's file or directory cannot be read (its permissions, most likely), or changed
+    while read (see _CHANGED_ERRNOS): its doing, not the grader's, unlike a failure to write the
+    copy (a full disk), which stays a plain OSError. take_snapshot turns it into a refusal
+    (_agent_error: checkpoint_changed or unreadable_checkpoint, by its errno)."""
+
+
+def _source_error(exc: OSError, name: str) -> OSError:
+    """An OSError of the agent's side (listing, stat, open, read) as Unreadable named `name`,
+    unless it is the grader's own (_GRADER_ERRNOS: out of descriptors or memory), left as it is."""
+    if exc.errno in _GRADER_ERRNOS:
+        return exc
+    return Unreadable(exc.errno, exc.strerror, name)
+
+
+def _listing(dir_fd: int) -> list[str]:
+    """The names in an open directory, sorted, each once: a directory changing while it is read
+    may list a renamed entry twice (POSIX leaves it unspecified), which must not be copied twice."""
+    return sorted(set(os.listdir(dir_fd)))
 
 
 def _open_regular_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) -> tuple[int, os.stat_result, int]:
@@ -608,7 +699,9 @@ def _open_regular_at(dir_fd: int, name: str, dest: Path, limit: int | None = Non
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise NotRegularFile(errno.ELOOP, "a symbolic link", name) from None
-        raise Unreadable(exc.errno, exc.strerror, name) from None
+        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EISDIR):  # a socket, a device, a directory
+            raise NotRegularFile(exc.errno, "not a regular file", name) from None
+        raise _source_error(exc, name) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -651,14 +744,20 @@ def _copy_file_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) 
 
 def _top_level_names(dir_fd: int) -> list[str]:
     """The names of the non-directory entries directly in a directory (links included, unfollowed)."""
+    try:
+        listed = _listing(dir_fd)
+    except OSError as exc:  # ENOENT: the directory was removed since it was opened
+        raise _source_error(exc, ".") from None
     names = []
-    for name in os.listdir(dir_fd):
+    for name in listed:
         try:
             if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
                 names.append(name)
         except FileNotFoundError:
             continue
-    return sorted(names)
+        except OSError as exc:
+            raise _source_error(exc, name) from None
+    return names
 
 
 # Linux's FICLONE ioctl (linux/fs.h: _IOW(0x94, 9, int)): make dest share src's extents (reflink).
@@ -853,6 +952,8 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
     try:
         top = open_directory_inside(root, model_dir)
     except OSError as exc:
+        if exc.errno in _GRADER_ERRNOS:
+            raise
         if exc.errno in (errno.EACCES, errno.EPERM):
             raise _unreadable(model_dir, ".", exc) from None
         raise _changed(model_dir, "the directory (or a directory above it)") from None
@@ -864,7 +965,10 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
     # Each file is opened (and checked) here, in walk order; its copy and hash run in the pool.
     pool = ThreadPoolExecutor(max_workers=SNAPSHOT_THREADS, thread_name_prefix="snapshot")
     try:
-        names = _top_level_names(top)
+        try:
+            names = _top_level_names(top)
+        except Unreadable as exc:
+            raise _agent_error(model_dir, exc.filename, exc) from None
         inspect_names(names)
         dest.mkdir(parents=True)
         walk = _walk(top, CHECKPOINT_MAX_DEPTH)
@@ -882,8 +986,8 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
             for rel, future in pending:
                 size, sha256 = future.result()
                 files.append(_file_entry(rel, size, sha256))
-        except Unreadable as exc:
-            raise _unreadable(model_dir, exc.filename, exc) from None
+        except Unreadable as exc:  # the agent's side: a race (checkpoint_changed) or its permissions
+            raise _agent_error(model_dir, exc.filename, exc) from None
         finally:
             walk.close()
             pool.shutdown(wait=True)  # every descriptor closed (copy closes its own), even on failure
