@@ -65,8 +65,9 @@ SLOW_TRIALS_PER_TARGET = int(os.environ.get("RLBENCH_FAULT_TRIALS", "0"))
 CI_TIME_LIMIT_S = 120  # the sft agent stops after the round that leaves too little time: 1-2 submissions
 SLOW_TIME_LIMIT_S = 240  # two rounds (two distinct checkpoints) even when a round takes a minute
 SETTLE_S = 20  # after the fault (and the sweep's end), how long leftovers get to go away
-# The moment: an event, then a random delay. CI trials take one fixed event per target, so that
-# together they cover the three; slow trials draw the event too.
+# The moment: an event, then a random delay. The fixed trials take one event per target (a delay into
+# the run, or an evaluation in flight; the resume test kills at the first ledger entry); drawn
+# trials draw the event too.
 EVENTS = ("delay", "first_ledger_entry", "eval_child")
 CI_EVENTS = {"snakemake": "delay", "runner": "eval_child", "agent": "delay", "eval_child": "eval_child"}
 # Delay ranges (s). "delay" counts from the runner's start and stays inside the agent's run
@@ -316,8 +317,16 @@ def test_trial_plans_are_reproducible_and_cover_every_target():
     assert [plan_for(t, i) for t in TARGETS for i in range(3)] == [plan_for(t, i) for t in TARGETS for i in range(3)]
     assert plan_for("agent", 2, seed=1) != plan_for("agent", 2, seed=2)
     plans = [p.values[0] for p in PLANS]
-    assert {p.target for p in plans if p.time_limit_s == CI_TIME_LIMIT_S} == set(TARGETS)
-    assert len([p for p in plans if p.time_limit_s == SLOW_TIME_LIMIT_S]) >= 20
+    # One fixed trial per target, on the short budget, the three events among them; then the drawn ones.
+    fixed = [p for p in plans if p.trial.endswith("-0")]
+    assert [p.target for p in fixed] == list(TARGETS) and {p.time_limit_s for p in fixed} == {CI_TIME_LIMIT_S}
+    assert len(plans) == len(TARGETS) * (1 + SLOW_TRIALS_PER_TARGET)
+    # Drawn trials (RLBENCH_FAULT_TRIALS=N) take the long budget and draw their event: five per target
+    # cover all three events and the three ways of killing an agent.
+    drawn = [plan_for(t, i, seed=1130) for t in TARGETS for i in range(1, 6)]
+    assert {p.time_limit_s for p in drawn} == {SLOW_TIME_LIMIT_S}
+    assert {p.event for p in drawn} == set(EVENTS)
+    assert {p.variant for p in drawn if p.target == "agent"} == {"root", "main", "tree"}
 
 
 @pytest.mark.parametrize("plan", PLANS)
