@@ -18,6 +18,7 @@ from rlbench.grader.checks import fingerprint  # noqa: E402
 from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
 from rlbench.models import prepare_model  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
+from rlbench.workers import WorkerPool  # noqa: E402
 from rlbench.workspace import prepare_workspace  # noqa: E402
 from support.needs import required_skip  # noqa: E402
 from support.settings import EVALUATION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC  # noqa: E402,F401
@@ -54,12 +55,28 @@ def workspace(tmp_path, tiny_model, gsm8k_data) -> Path:
     return ws
 
 
+@pytest.fixture(scope="session")
+def evaluation_workers(tmp_path_factory):
+    """One warm evaluation worker shared by the graders of the tests that are not about the workers:
+    a pool per grader would pay a fresh torch import in each of them."""
+    pool = WorkerPool(tmp_path_factory.mktemp("workers"))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def start_grader(tmp_path, tiny_model, gsm8k_data):
-    """Factory: a live grading server over a workspace; stopped at teardown."""
+def start_grader(tmp_path, tiny_model, gsm8k_data, evaluation_workers):
+    """Factory: a live grading server over a workspace; stopped at teardown. Its evaluations run in the
+    session's shared worker unless own_workers (tests of the workers themselves, or that kill them)."""
     servers = []
 
-    def start(workspace: Path, timeout_s: float = 600, start_time: float | None = None, gpus: list[str] = ()):
+    def start(
+        workspace: Path,
+        timeout_s: float = 600,
+        start_time: float | None = None,
+        gpus: list[str] = (),
+        own_workers: bool = False,
+    ):
         grader = Grader(
             GraderConfig(
                 workspace=workspace,
@@ -73,7 +90,8 @@ def start_grader(tmp_path, tiny_model, gsm8k_data):
                 secret=new_secret(),
                 evaluation=EVALUATION,
                 gpus=list(gpus),  # a fake CUDA_VISIBLE_DEVICES, as the runner passes it
-            )
+            ),
+            workers=None if own_workers else evaluation_workers,
         )
         server = GradingServer(grader).start()
         servers.append(server)
@@ -84,15 +102,36 @@ def start_grader(tmp_path, tiny_model, gsm8k_data):
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def session_sweep(tmp_path_factory) -> Path:
-    """The default tier's one real sweep (support.workflow.session_config): every level on the tiny
-    model, GSM8K with the three reference agents, both controls on seed 0. Tests read it; a test that
-    changes results works on a copy (support.workflow.copy_sweep)."""
-    from support.workflow import make_workdir, planned_jobs, session_config, snakemake
+def uses_session_sweep(item: pytest.Item) -> bool:
+    return "session_sweep" in getattr(item, "fixturenames", ())
 
-    workdir = make_workdir(tmp_path_factory.mktemp("session-sweep"), session_config())
-    plan = planned_jobs(workdir)
-    assert plan["run_agent"] == 3 + 5 + 2 and plan["evaluate_baseline"] == 1 + 5 + 1, plan
-    snakemake(workdir, "--cores", "2")
-    return workdir
+
+def pytest_collection_modifyitems(session, config, items):
+    """The modules that read the session sweep run last (in their own order): the sweep runs in the
+    background meanwhile (session_sweep_started), and the tests before it fill the cores it leaves idle."""
+    modules = {item.module for item in items if uses_session_sweep(item) and getattr(item, "module", None)}
+    items.sort(key=lambda item: getattr(item, "module", None) in modules)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_sweep_started(request, tmp_path_factory):
+    """Starts the default tier's sweep (support.workflow.session_config) as the session starts, when a
+    selected test reads it; session_sweep waits for it. Killed with its jobs if the session ends first."""
+    if not any(uses_session_sweep(item) for item in request.session.items):
+        yield None
+        return
+    from support.workflow import SESSION_PLAN, BackgroundSweep, make_workdir, session_config
+
+    sweep = BackgroundSweep(make_workdir(tmp_path_factory.mktemp("session-sweep"), session_config()), SESSION_PLAN)
+    try:
+        yield sweep
+    finally:
+        sweep.stop()
+
+
+@pytest.fixture(scope="session")
+def session_sweep(session_sweep_started) -> Path:
+    """The default tier's one real sweep: every level on the tiny model, GSM8K with copy and grpo, both
+    controls on seed 0. Tests read it; a test that changes results works on a copy
+    (support.workflow.copy_sweep)."""
+    return session_sweep_started.result()

@@ -34,6 +34,7 @@ from support.grader import (
     assert_consistent,
     evaluation_children,
     gone,
+    pool_workers,
     strict_json,
     wait_for,
 )
@@ -244,7 +245,7 @@ def test_killed_evaluation_is_a_retryable_grader_error(workspace, start_grader, 
     nobody writes, so that the evaluation is surely still running (generating) when it is killed."""
     from rlbench.tasks.gsm8k import EVAL_FILE
 
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     split = tmp_path / "fifo-split"
     split.mkdir()
     os.mkfifo(split / EVAL_FILE)
@@ -261,7 +262,7 @@ def test_killed_evaluation_is_a_retryable_grader_error(workspace, start_grader, 
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(requests.post, f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=300)
         wait_for(generating, timeout=120)
-        child = wait_for(evaluation_children)[0]
+        child = wait_for(lambda: pool_workers(server))[0]
         child.send_signal(signal.SIGKILL)
         response = pending.result()
     server.grader.config.eval_dir = real_split
@@ -613,7 +614,7 @@ def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, star
     writes, so each child blocks in the generating phase until it is killed."""
     from rlbench.tasks.gsm8k import EVAL_FILE
 
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     split = tmp_path / "fifo-split"
     split.mkdir()
     os.mkfifo(split / EVAL_FILE)
@@ -632,7 +633,7 @@ def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, star
                     return False
 
             wait_for(generating, timeout=180)
-            wait_for(evaluation_children)[0].send_signal(signal.SIGKILL)
+            wait_for(lambda: pool_workers(server))[0].send_signal(signal.SIGKILL)
             response = pending.result()
         statuses.append((response.status_code, response.json()["reason"]))
     assert statuses == [(503, "grader_error")] * grader_app.GRADER_FAULTS_RETRIED + [(422, "evaluation_failed")]

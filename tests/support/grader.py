@@ -51,6 +51,16 @@ def evaluation_children(root: psutil.Process | None = None) -> list[psutil.Proce
     return found
 
 
+def pool_workers(server) -> list[psutil.Process]:
+    """The evaluation process of this grader's own pool now ([] while it has none): other graders'
+    workers, such as the session's shared one, are children of the test process too."""
+    pid = server.grader.workers.worker_pid()
+    try:
+        return [psutil.Process(pid)] if pid is not None else []
+    except psutil.Error:
+        return []
+
+
 def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05):
     deadline = time.time() + timeout
     while time.time() < deadline:

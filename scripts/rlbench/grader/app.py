@@ -157,7 +157,9 @@ class Grader:
     scores.json carry the reference's best (ledger.reference_best), which a failure can be.
     """
 
-    def __init__(self, config: GraderConfig):
+    def __init__(self, config: GraderConfig, workers: WorkerPool | None = None):
+        """`workers`: a pool shared with other graders (tests, benchmarks); the grader then leaves it
+        running when it closes. By default each grader starts and closes a pool of its own."""
         self.config = config
         self.ledger_path = config.grader_dir / LEDGER
         self.snapshots = config.grader_dir / "snapshots"
@@ -169,7 +171,8 @@ class Grader:
         self._idle = threading.Condition()
         self._inflight = 0
         # Where evaluations run: a warm worker per GPU set, or a fresh process each (rlbench.workers).
-        self.workers = WorkerPool.from_settings(config.grader_dir / "workers", config.evaluation)
+        self._own_workers = workers is None
+        self.workers = WorkerPool.from_settings(config.grader_dir / "workers", config.evaluation) if workers is None else workers
         self._gpu_locks = {gpu: threading.Lock() for gpu in self.available_gpus or ["cpu"]}
         self._content_locks: dict[str, threading.Lock] = {}  # fingerprint -> in-flight lock (_score)
         self._content_locks_guard = threading.Lock()
@@ -679,8 +682,10 @@ class Grader:
         self.workers.prestart(",".join(self.available_gpus[:1]) or None)
 
     def close(self) -> None:
-        """Stop the evaluation workers (the run is over; an evaluation still running is abandoned)."""
-        self.workers.close()
+        """Stop the evaluation workers (the run is over; an evaluation still running is abandoned).
+        A shared pool stays up for the graders that share it."""
+        if self._own_workers:
+            self.workers.close()
 
     def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until no evaluation is in flight (used before the run is closed), at most timeout_s
