@@ -493,6 +493,7 @@ def reflink_dir(tmp_path):
         subprocess.run(["umount", str(mountpoint)], check=False, capture_output=True, timeout=60)
 
 
+@pytest.mark.reflink
 def test_real_clone_on_a_reflink_file_system(reflink_dir, monkeypatch):
     monkeypatch.setattr(checks, "STREAM_BLOCK", 4096)
     model = make_layout(reflink_dir / "ws" / "m", "shards")

@@ -1,6 +1,6 @@
 """What a test needs from the machine, and what CI requires of it.
 
-A test marked `sandbox`, `browser`, `tools` or `cluster` (pyproject.toml) skips, saying what to
+A test marked `sandbox`, `browser`, `tools`, `cluster` or `reflink` (pyproject.toml) skips, saying what to
 install, where its need is missing. Where the environment variable below is set (CI sets each one
 once it has installed that need), such a skip is a failure instead: a test that CI's installs
 enable can never pass unseen as skipped.
@@ -17,6 +17,7 @@ REQUIRED_BY = {
     "browser": "RLBENCH_REQUIRE_CHROMIUM",
     "tools": "RLBENCH_REQUIRE_TOOLS",
     "cluster": "RLBENCH_REQUIRE_SLURM",
+    "reflink": "RLBENCH_REQUIRE_REFLINK",
 }
 
 
