@@ -3,8 +3,9 @@
 Positive control: the sft reference agent lifts SmolLM2-135M above its baseline on
 addition-control within the default budget. Negative control: copy submits the base model and
 its delta is exactly 0. The default tier checks both on seed 0 (the session sweep,
-tests/conftest.py); the slow tier runs them on three seeds, about 6-8 minutes on 2 CPU cores, and
-checks every table against values computed by hand from those runs.
+tests/conftest.py); the slow tier carries them on to three seeds (seeds 1 and 2 run on a copy of the
+session sweep, about 4 minutes on 2 CPU cores) and checks every table against values computed by
+hand from those runs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from rlbench.diagnostics import CODE_SUFFIXES
 from rlbench.jsonio import read_json, read_jsonl
 from rlbench.ledger import is_scored, is_submission
-from support.workflow import control_grid, default_config, make_workdir, planned_jobs, snakemake
+from support.workflow import control_grid, copy_sweep, default_config, planned_jobs, snakemake
 
 SEEDS = [0, 1, 2]
 TASK, MODEL = "addition-control", "smollm2-135m-instruct"
@@ -33,11 +34,14 @@ def control_config() -> dict:
 
 
 @pytest.fixture(scope="module")
-def controls(tmp_path_factory, request):
+def controls(session_sweep, tmp_path_factory, request):
+    """The session sweep's controls (seed 0) carried on to every seed: a copy of its addition-control
+    runs with the control config, so that only the other seeds' agents run (same baseline, same settings)."""
     config = control_config()
     assert set(config["sweep"]["agents"]) == {"copy", "sft"}
-    workdir = make_workdir(tmp_path_factory.mktemp("controls"), config)
-    assert planned_jobs(workdir)["run_agent"] == 2 * len(SEEDS)
+    workdir = copy_sweep(session_sweep, tmp_path_factory.mktemp("controls") / "sweep", [TASK], config)
+    plan = planned_jobs(workdir)
+    assert plan["run_agent"] == 2 * (len(SEEDS) - 1) and "evaluate_baseline" not in plan, plan
     failed_before = request.session.testsfailed
     snakemake(workdir, "--cores", "2")
     yield workdir

@@ -1,5 +1,10 @@
 """Warm evaluation workers (rlbench.workers): reused across submissions, scored exactly as a fresh
-process scores, and contained: a worker that dies, hangs or fails costs only its own submission."""
+process scores, and contained: a worker that dies, hangs or fails costs only its own submission.
+
+The default tier keeps reuse, a worker killed while idle, fresh mode, bad modes, a worker that cannot
+start and a worker dying with its grader; the other failure paths (a kill right before a submission,
+a worker dying before or while taking a job, a hang past the timeout, an evaluation error, a GPU
+worker's idle replacement) are in the slow tier, about 13-21 s each."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import requests
 from rlbench.evaluation import run_in_child
 from rlbench.jsonio import read_json
 from rlbench.workers import WorkerPool
-from support.grader import assert_consistent, evaluation_children, gone, wait_for
+from support.grader import assert_consistent, evaluation_children, gone, pool_workers, wait_for
 from support.models import copy_model, perturb
 from support.settings import EVALUATION, GSM8K_SETTINGS
 
@@ -34,7 +39,7 @@ def items(result: dict) -> list:
 
 
 def test_one_warm_worker_answers_every_submission_as_a_fresh_process_would(workspace, start_grader, tiny_model, gsm8k_data, tmp_path):
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     for k in (1, 2):
         model = copy_model(tiny_model, workspace / "output" / f"v{k}")
         for _ in range(k):
@@ -76,7 +81,7 @@ def two_versions(workspace, tiny_model) -> None:
 def test_a_worker_killed_while_idle_costs_no_submission(workspace, start_grader, tiny_model):
     """The pool notices an idle worker's death by itself and has a new one ready before the next
     submission comes (no submission is needed to find out, and none pays for it)."""
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     two_versions(workspace, tiny_model)
     assert submit(server, "output/v1").status_code == 200
     pool = server.grader.workers
@@ -93,11 +98,12 @@ def test_a_worker_killed_while_idle_costs_no_submission(workspace, start_grader,
     assert [e["status"] for e in assert_consistent(server)] == ["scored", "scored"]
 
 
+@pytest.mark.slow
 def test_a_submission_right_after_an_idle_worker_is_killed_is_scored(workspace, start_grader, tiny_model):
     """Submitted while the killed worker may still be exiting (psutil calls it a zombie, the pool may
     not know yet): the job goes to a fresh worker, either the pool's replacement or, when it was
     handed to the dying one, a new one (it had not accepted the job). It is scored either way."""
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     two_versions(workspace, tiny_model)
     assert submit(server, "output/v1").status_code == 200
     kill_idle_worker(server)
@@ -108,6 +114,7 @@ def test_a_submission_right_after_an_idle_worker_is_killed_is_scored(workspace, 
     assert [e["status"] for e in assert_consistent(server)] == ["scored", "scored"]
 
 
+@pytest.mark.slow
 def test_a_job_handed_to_a_worker_that_dies_before_accepting_it_goes_to_a_new_worker(tmp_path, tiny_model, gsm8k_data):
     """The race itself, made certain: the slot is kept from noticing the death, so the job is
     written to the dead worker; that never accepted it, so a fresh worker evaluates it."""
@@ -129,6 +136,7 @@ def test_a_job_handed_to_a_worker_that_dies_before_accepting_it_goes_to_a_new_wo
         pool.close()
 
 
+@pytest.mark.slow
 def test_a_job_that_kills_every_worker_before_it_is_accepted_fails_once(tmp_path, tiny_model, gsm8k_data, monkeypatch):
     """Only one transparent retry per job: a request that kills workers is still contained."""
     import rlbench.workers as workers
@@ -154,11 +162,12 @@ def test_a_job_that_kills_every_worker_before_it_is_accepted_fails_once(tmp_path
         pool.close()
 
 
+@pytest.mark.slow
 def test_a_worker_past_the_timeout_is_stopped_and_replaced(workspace, start_grader, tiny_model, tmp_path):
     """The held-out split is a FIFO nobody writes: the evaluation hangs until the timeout."""
     from rlbench.tasks.gsm8k import EVAL_FILE
 
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     server.grader.config.evaluation = {**EVALUATION, "eval_timeout_s": 10}
     split = tmp_path / "fifo-split"
     split.mkdir()
@@ -168,7 +177,7 @@ def test_a_worker_past_the_timeout_is_stopped_and_replaced(workspace, start_grad
     hung = []
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(submit, server, "output/v1")
-        hung = wait_for(evaluation_children)
+        hung = wait_for(lambda: pool_workers(server))
         response = pending.result()
     assert response.status_code == 422 and "longer than 10 s" in response.json()["error"]
     wait_for(lambda: all(gone(p) for p in hung), timeout=30)  # the hung worker was killed
@@ -179,7 +188,7 @@ def test_a_worker_past_the_timeout_is_stopped_and_replaced(workspace, start_grad
 
 
 def test_fresh_mode_starts_a_process_per_evaluation(workspace, start_grader, tiny_model):
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     server.grader.workers.mode = "fresh"
     perturb(copy_model(tiny_model, workspace / "output" / "v1"))
     response = submit(server, "output/v1")
@@ -232,9 +241,10 @@ def test_a_warm_worker_dies_with_its_grader(tmp_path, tiny_model):
             worker.kill()
 
 
+@pytest.mark.slow
 def test_evaluation_error_of_a_worker_is_the_models(workspace, start_grader, tiny_model):
     """A checkpoint that cannot load fails its submission (422) and the worker that tried is not reused."""
-    server = start_grader(workspace)
+    server = start_grader(workspace, own_workers=True)
     broken = copy_model(tiny_model, workspace / "output" / "broken")
     config = json.loads((broken / "config.json").read_text())
     config["hidden_size"] = config["hidden_size"] * 2  # the weights no longer fit the architecture
@@ -268,6 +278,7 @@ def test_a_worker_that_cannot_be_started_fails_one_evaluation_and_the_pool_lives
         pool.close()
 
 
+@pytest.mark.slow
 def test_a_worker_idle_on_a_gpu_is_replaced_once_and_a_fresh_one_is_kept(tmp_path, tiny_model, gsm8k_data):
     """worker_idle_s after an evaluation on a GPU set (here a fake one), the worker is replaced by a
     fresh one (which holds no GPU memory); that one has not evaluated, so it is kept, however long
