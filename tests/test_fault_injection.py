@@ -20,10 +20,9 @@ Every trial then checks, for the fixed behaviour:
   - a killed evaluation is the grader's fault: 503 grader_error (retryable), not 422.
 
 All trials are in the slow tier (`make test-all`, CI): one per target on a 120 s budget (the sft
-agent makes one or two submissions; about 6 minutes on an idle 2-core machine). RLBENCH_FAULT_TRIALS=N
-adds N more per target on 240 s (two rounds, two distinct checkpoints, even when a round takes a
-minute), with the event drawn too: `RLBENCH_FAULT_TRIALS=5 pytest -m slow tests/test_fault_injection.py`
-(about 40 minutes; CI runs the four fixed trials only, to stay inside its time). The default tier kills Snakemake's process group
+agent on HumanEval, support.workflow.SFT_RUN_CONFIG, makes two submissions). RLBENCH_FAULT_TRIALS=N
+adds N more per target on 240 s, with the event drawn too: `RLBENCH_FAULT_TRIALS=5 pytest -m slow tests/test_fault_injection.py`
+(CI runs the four fixed trials only, to stay inside its time). The default tier kills Snakemake's process group
 once and resumes (tests/test_resume.py), with the same audit. The
 figures (trials, acknowledged submissions, lost, leftovers) are printed at the end and, when
 RLBENCH_FIGURES_DIR is set, written to $RLBENCH_FIGURES_DIR/faults.json.
@@ -56,27 +55,27 @@ from support.faults import (
     start_sweep,
     wait_sweep,
 )
-from support.workflow import TEST_CONFIG, make_workdir, snakemake
+from support.workflow import SFT_RUN_CONFIG, make_workdir, snakemake
 
 SEED = int(os.environ.get("RLBENCH_FAULT_SEED", "1130"))
 TARGETS = ("snakemake", "runner", "agent", "eval_child")
 # Drawn trials per target beyond the fixed one (0 in CI: see the docstring).
 SLOW_TRIALS_PER_TARGET = int(os.environ.get("RLBENCH_FAULT_TRIALS", "0"))
-CI_TIME_LIMIT_S = 120  # the sft agent stops after the round that leaves too little time: 1-2 submissions
-SLOW_TIME_LIMIT_S = 240  # two rounds (two distinct checkpoints) even when a round takes a minute
+CI_TIME_LIMIT_S = 120  # the sft agent's two rounds take about 40 s with its imports: two submissions
+SLOW_TIME_LIMIT_S = 240  # room for two rounds (two distinct checkpoints) on a machine several times slower
 SETTLE_S = 20  # after the fault (and the sweep's end), how long leftovers get to go away
 # The moment: an event, then a random delay. The fixed trials take one event per target (a delay into
 # the run, or an evaluation in flight; the resume test kills at the first ledger entry); drawn
 # trials draw the event too.
 EVENTS = ("delay", "first_ledger_entry", "eval_child")
 CI_EVENTS = {"snakemake": "delay", "runner": "eval_child", "agent": "delay", "eval_child": "eval_child"}
-# Delay ranges (s). "delay" counts from the runner's start and stays inside the agent's run
-# (Snakemake may also be killed later, while the run's results are evaluated and summarised).
-# An evaluation in a warm worker takes about 2 s here (1.9-2.7 s measured on 2 cores, the tiny model
-# on 12 questions): a kill drawn later than 1 s after one is seen would find it over, and with one or
-# two submissions there may be no next one to wait for.
+# Delay ranges (s). "delay" counts from the runner's start and stays inside the agent's run (about
+# 35-40 s on 2 cores: imports, two rounds of about 10 s, two evaluations); Snakemake may also be
+# killed later, while the run's results are evaluated and summarised. An evaluation in a warm
+# worker takes a few seconds (the tiny model on HumanEval's 82 problems): a kill drawn later than
+# 1 s after one is seen could find it over, and with two submissions there may be no next one.
 DELAYS = {"first_ledger_entry": (0.0, 3.0), "eval_child": (0.0, 1.0)}
-RUN_DELAYS = {"snakemake": {True: (5, 35), False: (3, 100)}, "other": {True: (5, 35), False: (3, 70)}}
+RUN_DELAYS = {"snakemake": {True: (5, 25), False: (3, 60)}, "other": {True: (5, 25), False: (3, 30)}}
 FIGURES: list[Trial] = []
 
 
@@ -105,10 +104,9 @@ PLANS = [pytest.param(plan_for(target, 0), id=f"{target}-0", marks=pytest.mark.s
 
 
 def sweep_config(time_limit_s: int, kill_grace_s: int = 2) -> dict:
-    """TEST_CONFIG's sizes, the sft agent only (it submits a new checkpoint every round)."""
+    """The sft agent on HumanEval (support.workflow.SFT_RUN_CONFIG): a new checkpoint every round."""
     return {
-        **TEST_CONFIG,
-        "sweep": {**TEST_CONFIG["sweep"], "agents": ["sft"]},
+        **SFT_RUN_CONFIG,
         "budget": {"time_limit_s": time_limit_s, "kill_grace_s": kill_grace_s},
     }
 
@@ -119,7 +117,7 @@ def template(tmp_path_factory) -> Path:
     workdir = make_workdir(tmp_path_factory.mktemp("fault_template"), sweep_config(SLOW_TIME_LIMIT_S))
     snakemake(workdir, "--cores", "2", "--omit-from", "run_agent")
     assert (workdir / RUN_REL / "workspace.json").exists()
-    assert (workdir / "results" / "baselines" / "gsm8k" / "tiny.json").exists()
+    assert (workdir / "results" / "baselines" / "humaneval" / "tiny.json").exists()
     return workdir
 
 

@@ -17,26 +17,22 @@ from support.faults import audit_submissions
 from support.workflow import (
     REPO,
     SNAKEMAKE,
-    TEST_CONFIG,
+    SFT_RUN,
+    SFT_RUN_CONFIG,
     make_workdir,
     planned_jobs,
     snakemake,
 )
 
 
-# The sft agent on HumanEval: two rounds of about 10 s each on the tiny model (GSM8K's 8-shot prompts
-# make a round take a minute), so the kill after the first submission lands while round 2 trains.
-CONFIG = {
-    **TEST_CONFIG,
-    "sweep": {"tasks": ["humaneval"], "models": ["tiny"], "agents": ["sft"], "seeds": [0]},
-    "tasks": {"humaneval": {"max_new_tokens": 8}},
-    "sandbox": {"backend": "none"},
-}
+# The sft agent's two rounds on HumanEval (support.workflow.SFT_RUN_CONFIG): the kill after the first
+# submission lands while round 2 trains.
+CONFIG = {**SFT_RUN_CONFIG, "sandbox": {"backend": "none"}}
 
 
 def test_killed_sweep_resumes_with_a_new_attempt_and_keeps_the_old_ledger(tmp_path):
     workdir = make_workdir(tmp_path, CONFIG)
-    run_dir = workdir / "results" / "runs" / "humaneval" / "tiny" / "sft" / "0"
+    run_dir = workdir / SFT_RUN
     ledger = run_dir / "grader" / "ledger.jsonl"
     sweep = subprocess.Popen(
         [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2"],

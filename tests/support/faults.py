@@ -35,10 +35,10 @@ import psutil
 import yaml
 
 from rlbench.attempts import marked_processes
-from support.workflow import REPO, SNAKEMAKE
+from support.workflow import REPO, SFT_RUN, SNAKEMAKE
 
 PROFILE = REPO / "workflow" / "profiles" / "local"
-RUN_REL = Path("results", "runs", "gsm8k", "tiny", "sft", "0")
+RUN_REL = SFT_RUN
 SNAKEMAKE_ENV = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
 EVAL_MODULE = "rlbench.evaluation"
 # agent_env.submit() logs every response it got: "submit output/v1 -> HTTP 200: {json}".

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,15 @@ TEST_CONFIG = {
     "tasks": {"gsm8k": {"source": "offline", "train_size": 48, "eval_size": 12, "max_new_tokens": 16}},
     "evaluation": {"backend": "hf", "batch_size": 12, "eval_timeout_s": 300},
 }
+
+# The sft agent on HumanEval with the tiny model: two rounds of about 10 s each, a submission after
+# each (on GSM8K's 8-shot prompts one round takes a minute). The sweep the kill -9 tests interrupt.
+SFT_RUN_CONFIG = {
+    **TEST_CONFIG,
+    "sweep": {"tasks": ["humaneval"], "models": ["tiny"], "agents": ["sft"], "seeds": [0]},
+    "tasks": {"humaneval": {"max_new_tokens": 8}},
+}
+SFT_RUN = Path("results", "runs", "humaneval", "tiny", "sft", "0")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -38,46 +48,76 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 
 class BackgroundSweep:
-    """`snakemake --cores 2` on a workdir, started now in a process group of its own (the planned jobs
-    checked first); result() waits for it and fails with the log's tail unless it succeeded."""
+    """A sweep that runs while other tests do: from a thread, wait until `after` (another BackgroundSweep)
+    has ended when given, make the workdir (`setup`), check the dry run's job counts against `expect`, then
+    `snakemake --cores 2` in a process group of its own. result() waits for it and fails with the
+    log's tail unless it succeeded; a failure fails only the tests that read this sweep."""
 
-    def __init__(self, workdir: Path, expect: dict[str, int], timeout_s: float = 1800):
-        self.workdir, self.log = workdir, workdir / "sweep.log"
+    def __init__(self, name: str, setup, expect: dict[str, int], after: "BackgroundSweep | None" = None,
+                 timeout_s: float = 2400):
+        self.name, self.setup, self.expect, self.after = name, setup, expect, after
         self.deadline = time.time() + timeout_s
+        self.workdir: Path | None = None
         self.proc: subprocess.Popen | None = None
-        # A wrong plan fails the tests that read the sweep (result()), not every test of the session.
-        plan = planned_jobs(workdir)
-        self.error = None if all(plan.get(rule) == n for rule, n in expect.items()) else f"planned {plan}, expected {expect}"
-        if self.error is not None:
-            return
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
-                start_new_session=True,
-            )
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._start, name=f"sweep-{name}", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            if self.after is not None:
+                self.after.wait()  # order only; a setup that reads it calls its result()
+            self.workdir = self.setup()
+            plan = planned_jobs(self.workdir)
+            if any(plan.get(rule) != n for rule, n in self.expect.items()):
+                raise AssertionError(f"planned {plan}, expected {self.expect}")
+            with self._lock:
+                if self._stopped:
+                    raise AssertionError("stopped before it started")
+                with open(self.workdir / "sweep.log", "wb") as log:
+                    self.proc = subprocess.Popen(
+                        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(self.workdir), "--cores", "2"],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+                        start_new_session=True,
+                    )
+        except BaseException as exc:  # reported by result(), in the tests that read this sweep
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def wait(self) -> None:
+        """Until the sweep has ended, whatever its outcome."""
+        try:
+            self.result()
+        except AssertionError:
+            pass
 
     def result(self) -> Path:
-        if self.error is not None:
-            raise AssertionError(f"the session sweep was not started: {self.error}")
+        self._thread.join(max(1.0, self.deadline - time.time()))
+        if self.error is not None or self.proc is None:
+            raise AssertionError(f"the {self.name} was not started: {self.error or 'it did not start in time'}")
+        log = self.workdir / "sweep.log"
         try:
             rc = self.proc.wait(timeout=max(1.0, self.deadline - time.time()))
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"the session sweep did not end in time:\n{self.log.read_text()[-3000:]}")
+            raise AssertionError(f"the {self.name} did not end in time:\n{log.read_text()[-3000:]}")
         if rc != 0:
-            raise AssertionError(f"the session sweep failed (exit {rc}):\n{self.log.read_text()[-3000:]}")
+            raise AssertionError(f"the {self.name} failed (exit {rc}):\n{log.read_text()[-3000:]}")
         return self.workdir
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        with self._lock:
+            self._stopped = True
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self.proc.wait()
+            proc.wait()
 
 
 def planned_jobs(workdir: Path) -> dict[str, int]:
@@ -136,6 +176,8 @@ SESSION_TASKS = {
 
 # What the session sweep plans: agent runs (GSM8K, the other levels, the controls) and baselines.
 SESSION_PLAN = {"run_agent": 2 + 5 + 2, "evaluate_baseline": 1 + 5 + 1}
+# The control sweep on a copy of it: seeds 1 and 2 of both agents, the baseline kept.
+CONTROLS_PLAN = {"run_agent": 2 * 2, "evaluate_baseline": None}
 
 
 def default_config() -> dict:
@@ -158,6 +200,28 @@ def session_config() -> dict:
         "sweep": [GSM8K_GRID, LEVELS_GRID, control_grid([0])],
         "tasks": SESSION_TASKS,
         "evaluation": {**default["evaluation"], "backend": "hf"},
+    }
+
+
+# The slow tier's controls: the default sweep's control grid on three seeds. They run on a copy of the
+# session sweep's seed 0 (tests/conftest.py: controls_sweep), so only seeds 1 and 2 run.
+CONTROL_SEEDS = [0, 1, 2]
+CONTROL_TASK = "addition-control"
+
+
+def control_config() -> dict:
+    """The default sweep's control grid, budget and report, on CONTROL_SEEDS (the hf backend)."""
+    default = default_config()
+    return {**default, "sweep": control_grid(CONTROL_SEEDS), "evaluation": {**default["evaluation"], "backend": "hf"}}
+
+
+def smollm2_gsm8k_config() -> dict:
+    """SmolLM2-135M-Instruct on GSM8K's 8-shot prompts (about 1,550 tokens each) with the copy agent: the
+    baseline and the final evaluation of 4 questions (the slow tier's real small model sweep)."""
+    return {
+        **TEST_CONFIG,
+        "sweep": {**TEST_CONFIG["sweep"], "models": ["smollm2-135m-instruct"], "agents": ["copy"]},
+        "tasks": {"gsm8k": {"source": "offline", "train_size": 16, "eval_size": 4, "max_new_tokens": 48}},
     }
 
 
