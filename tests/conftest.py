@@ -102,36 +102,89 @@ def start_grader(tmp_path, tiny_model, gsm8k_data, evaluation_workers):
         server.stop()
 
 
-def uses_session_sweep(item: pytest.Item) -> bool:
-    return "session_sweep" in getattr(item, "fixturenames", ())
+# Sweeps that run in the background from the session's start while other tests run (the default tier
+# leaves a core idle much of the time); a test reads one through the fixture of the same name, which
+# waits for it. They run one after another: the slow tier's control sweep carries the session sweep
+# on to seeds 1 and 2, so it starts once that one is done.
+BACKGROUND_SWEEPS = ("session_sweep", "controls_sweep", "smollm2_gsm8k_sweep")
+
+
+def background_sweeps_read(item: pytest.Item) -> set[str]:
+    return set(BACKGROUND_SWEEPS) & set(getattr(item, "fixturenames", ()))
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The modules that read the session sweep run last (in their own order): the sweep runs in the
-    background meanwhile (session_sweep_started), and the tests before it fill the cores it leaves idle."""
-    modules = {item.module for item in items if uses_session_sweep(item) and getattr(item, "module", None)}
-    items.sort(key=lambda item: getattr(item, "module", None) in modules)
+    """Tests that read a background sweep run last, in their own order: first those of the session
+    sweep, then those of the slow tier's sweeps, so that the others fill the cores meanwhile."""
+    def group(item: pytest.Item) -> int:
+        read = background_sweeps_read(item)
+        return 2 if read - {"session_sweep"} else 1 if read else 0
+
+    items.sort(key=group)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def session_sweep_started(request, tmp_path_factory):
-    """Starts the default tier's sweep (support.workflow.session_config) as the session starts, when a
-    selected test reads it; session_sweep waits for it. Killed with its jobs if the session ends first."""
-    if not any(uses_session_sweep(item) for item in request.session.items):
-        yield None
-        return
-    from support.workflow import SESSION_PLAN, BackgroundSweep, make_workdir, session_config
+def background_sweeps(request, tmp_path_factory):
+    """Starts, as the session starts, each background sweep a selected test reads; stops them (their
+    whole process groups) at the session's end."""
+    from support.workflow import (
+        CONTROL_TASK,
+        CONTROLS_PLAN,
+        SESSION_PLAN,
+        BackgroundSweep,
+        control_config,
+        copy_sweep,
+        make_workdir,
+        session_config,
+        smollm2_gsm8k_config,
+    )
 
-    sweep = BackgroundSweep(make_workdir(tmp_path_factory.mktemp("session-sweep"), session_config()), SESSION_PLAN)
+    read = set().union(*(background_sweeps_read(item) for item in request.session.items))
+    sweeps: dict[str, BackgroundSweep] = {}
+    if read & {"session_sweep", "controls_sweep"}:
+        sweeps["session_sweep"] = BackgroundSweep(
+            "session sweep",
+            lambda: make_workdir(tmp_path_factory.mktemp("session-sweep"), session_config()),
+            SESSION_PLAN,
+        )
+    if "controls_sweep" in read:
+        session = sweeps["session_sweep"]
+        sweeps["controls_sweep"] = BackgroundSweep(
+            "control sweep",
+            lambda: copy_sweep(session.result(), tmp_path_factory.mktemp("controls") / "sweep", [CONTROL_TASK], control_config()),
+            CONTROLS_PLAN,
+            after=session,
+        )
+    if "smollm2_gsm8k_sweep" in read:
+        # After the others: one background sweep at a time, so that the controls' agents keep their pace.
+        sweeps["smollm2_gsm8k_sweep"] = BackgroundSweep(
+            "SmolLM2 GSM8K sweep",
+            lambda: make_workdir(tmp_path_factory.mktemp("smollm2-gsm8k"), smollm2_gsm8k_config()),
+            {"run_agent": 1},
+            after=list(sweeps.values())[-1] if sweeps else None,
+        )
     try:
-        yield sweep
+        yield sweeps
     finally:
-        sweep.stop()
+        for sweep in sweeps.values():
+            sweep.stop()
 
 
 @pytest.fixture(scope="session")
-def session_sweep(session_sweep_started) -> Path:
+def session_sweep(background_sweeps) -> Path:
     """The default tier's one real sweep: every level on the tiny model, GSM8K with copy and grpo, both
     controls on seed 0. Tests read it; a test that changes results works on a copy
     (support.workflow.copy_sweep)."""
-    return session_sweep_started.result()
+    return background_sweeps["session_sweep"].result()
+
+
+@pytest.fixture(scope="session")
+def controls_sweep(session_sweep, background_sweeps) -> Path:
+    """The slow tier's controls on three seeds: the session sweep's seed 0 carried on to seeds 1 and 2."""
+    return background_sweeps["controls_sweep"].result()
+
+
+@pytest.fixture(scope="session")
+def smollm2_gsm8k_sweep(background_sweeps) -> Path:
+    """The slow tier's real small model sweep (support.workflow.smollm2_gsm8k_config)."""
+    return background_sweeps["smollm2_gsm8k_sweep"].result()

