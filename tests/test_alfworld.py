@@ -128,6 +128,7 @@ def test_expert_plan_wins_every_heldout_game(splits):
     assert public["metrics"]["per_type_success"] and "items" not in public
 
 
+@pytest.mark.slow
 def test_nonsense_policy_wins_nothing(splits):
     result = evaluate(splits, NonsensePolicy(), environment={"max_steps": 5, "workers": 2})
     assert result.score == 0.0 and result.metrics["won"] == 0
@@ -135,6 +136,7 @@ def test_nonsense_policy_wins_nothing(splits):
     assert all(item["end"] == "max_steps" and item["actions"] == ["dance with the toaster"] * 5 for item in result.items)
 
 
+@pytest.mark.slow
 def test_lockstep_and_one_at_a_time_agree(splits):
     rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))[::3]  # 4 games of different types
     games = {row["id"]: splits["eval"] / row["game"] for row in rows}
@@ -144,6 +146,7 @@ def test_lockstep_and_one_at_a_time_agree(splits):
     assert together == alone and all(episode["won"] for episode in together.values())
 
 
+@pytest.mark.slow
 def test_textworld_speed_up_keeps_outcomes_identical(splits):
     """The parser memoisation must not change a single observation, admissible command or flag."""
     import subprocess
@@ -213,6 +216,7 @@ def test_heldout_games_never_reach_a_workspace_or_the_agents_environment(splits,
         assert all(isinstance(observation, str) and not won for observation, won, _, _ in stepped.values())
 
 
+@pytest.mark.slow
 def test_hub_source_reads_a_local_copy_of_the_official_layout(splits, tmp_path):
     """The hub source on a folder laid out as alfworld-download's (json_2.1.1/{train,valid_unseen})."""
     import shutil

@@ -58,6 +58,7 @@ def test_every_task_type_is_generated_and_won_by_the_expert_within_50_steps(gene
             assert f"Your task is to: {game['goal']}." in game["initial_observation"]
 
 
+@pytest.mark.slow
 def test_stored_walkthroughs_win_in_the_official_env(generated):
     """Replaying each walkthrough through AlfredTWEnv in eval mode reproduces the expert's episode."""
     for split in ("heldout", "train"):
@@ -76,6 +77,7 @@ def test_stored_walkthroughs_win_in_the_official_env(generated):
                 env.close()
 
 
+@pytest.mark.slow
 def test_same_arguments_give_identical_trees_serial_or_parallel(generated, tmp_path):
     again = tmp_path / "heldout"
     generate_games(again, split="heldout", world_seed=WORLD_SEED, game_seed=HELDOUT_SEED, counts=HELDOUT_COUNTS, workers=2)
