@@ -8,6 +8,8 @@ CORES ?= 2
 # that a wrong path stops make (even `make -n`) before Snakemake starts.
 CONFIG ?=
 BIN := $(VENV)/bin
+# When make started: `make test` prints the setup's share of its time apart from the tests'.
+MAKE_START := $(shell date +%s)
 
 ifneq ($(strip $(CONFIG)),)
 ifneq ($(shell test -f '$(CONFIG)' && test -r '$(CONFIG)' && echo ok),ok)
@@ -77,11 +79,12 @@ setup-agents-for-tests: setup
 # The default tier (pyproject.toml's addopts: not slow, not cluster): what to run after a change,
 # 15 minutes on 2 cores once set up. The setup's time is printed on its own.
 test: setup setup-agents-for-tests
-	@echo "setup done; running the default test tier (make test-all: every test)"
+	@echo "setup done in $$(( $$(date +%s) - $(MAKE_START) )) s; running the default test tier (make test-all: every test)"
 	$(BIN)/python -m pytest
 
 # Every test: the default tier, the slow tier and the SLURM cluster test (an empty -m selects all).
 test-all: setup setup-agents-for-tests
+	@echo "setup done in $$(( $$(date +%s) - $(MAKE_START) )) s; running every test"
 	$(BIN)/python -m pytest -m ""
 
 lint: setup
