@@ -146,6 +146,9 @@ def background_sweeps(request, tmp_path_factory):
             "session sweep",
             lambda: make_workdir(tmp_path_factory.mktemp("session-sweep"), session_config()),
             SESSION_PLAN,
+            # The tests in front come first; the sweep takes what they leave (it has minutes to spare
+            # before its readers, and its timed agent runs have budgets far above their needs).
+            nice=5,
         )
     if "controls_sweep" in read:
         session = sweeps["session_sweep"]

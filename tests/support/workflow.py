@@ -50,12 +50,12 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 class BackgroundSweep:
     """A sweep that runs while other tests do: from a thread, wait until `after` (another BackgroundSweep)
     has ended when given, make the workdir (`setup`), check the dry run's job counts against `expect`, then
-    `snakemake --cores 2` in a process group of its own. result() waits for it and fails with the
+    `snakemake --cores 2` in a process group of its own, at niceness `nice` (its jobs inherit it). result() waits for it and fails with the
     log's tail unless it succeeded; a failure fails only the tests that read this sweep."""
 
     def __init__(self, name: str, setup, expect: dict[str, int], after: "BackgroundSweep | None" = None,
-                 timeout_s: float = 2400):
-        self.name, self.setup, self.expect, self.after = name, setup, expect, after
+                 nice: int = 0, timeout_s: float = 2400):
+        self.name, self.setup, self.expect, self.after, self.nice = name, setup, expect, after, nice
         self.deadline = time.time() + timeout_s
         self.workdir: Path | None = None
         self.proc: subprocess.Popen | None = None
@@ -78,7 +78,7 @@ class BackgroundSweep:
                     raise AssertionError("stopped before it started")
                 with open(self.workdir / "sweep.log", "wb") as log:
                     self.proc = subprocess.Popen(
-                        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(self.workdir), "--cores", "2"],
+                        ["nice", "-n", str(self.nice), *SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(self.workdir), "--cores", "2"],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
