@@ -49,9 +49,10 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 class BackgroundSweep:
     """A sweep that runs while other tests do: from a thread, wait until `after` (another BackgroundSweep)
-    has ended when given, make the workdir (`setup`), check the dry run's job counts against `expect`, then
-    `snakemake --cores 2` in a process group of its own, at niceness `nice` (its jobs inherit it). result() waits for it and fails with the
-    log's tail unless it succeeded; a failure fails only the tests that read this sweep."""
+    has ended when given, make the workdir (`setup`), check the dry run's job counts against `expect`,
+    then `snakemake --cores 2` in a process group of its own, at niceness `nice` (its jobs inherit it).
+    result() waits for it and fails with the log's tail unless it succeeded; a failure fails only the
+    tests that read this sweep."""
 
     def __init__(self, name: str, setup, expect: dict[str, int], after: "BackgroundSweep | None" = None,
                  nice: int = 0, timeout_s: float = 2400):
