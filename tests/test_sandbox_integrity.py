@@ -301,3 +301,28 @@ def test_runner_stops_the_run_when_its_parent_is_killed(workspace, tiny_model, g
         parent.wait()
         if (workspace.parent / "attempt.json").exists():
             kill_marked(read_json(workspace.parent / "attempt.json")["marker"])
+
+
+def test_a_daemon_missed_by_one_listing_is_still_killed(monkeypatch):
+    """A process between fork and exec shows no environment for a moment: the first listing of the run's
+    processes misses it (made to here), and the stop must not take that one empty listing as 'none left'."""
+    import subprocess
+    import uuid
+
+    from rlbench import attempts
+
+    marker = uuid.uuid4().hex
+    daemon = subprocess.Popen(["sleep", "60"], env={**os.environ, attempts.RUN_MARKER: marker})
+    real, calls = attempts.marked_processes, []
+
+    def first_listing_misses_it(m):
+        calls.append(m)
+        return [] if len(calls) == 1 else real(m)
+
+    monkeypatch.setattr(attempts, "marked_processes", first_listing_misses_it)
+    try:
+        assert attempts.kill_marked(marker) == 1
+        assert daemon.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        daemon.kill()
+        daemon.wait()

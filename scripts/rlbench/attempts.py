@@ -66,16 +66,25 @@ def wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Proc
         time.sleep(0.05)
 
 
-def kill_marked(marker: str, timeout_s: float = 10, rounds: int = 3) -> int:
+def kill_marked(marker: str, timeout_s: float = 10, rounds: int = 3, settle_s: float = 0.2) -> int:
     """SIGKILL every process carrying the run marker, until none is left; returns how many were killed.
 
-    Several rounds: a process may fork between the listing and its kill.
+    Several rounds: a process may fork between the listing and its kill. None is left only after two
+    empty listings settle_s apart: a process between fork and exec (a daemon its agent just started)
+    shows no environment for that moment, so one empty listing can miss it.
     """
     killed: set[int] = set()
-    for _ in range(rounds):
+    kill_rounds = empty = 0
+    while kill_rounds < rounds:
         victims = [p for p in marked_processes(marker) if p.pid not in killed]
         if not victims:
-            break
+            empty += 1
+            if empty >= 2:
+                break
+            time.sleep(settle_s)
+            continue
+        empty = 0
+        kill_rounds += 1
         for proc in victims:
             try:
                 proc.send_signal(signal.SIGKILL)
