@@ -103,7 +103,7 @@ def get_agent_runtime_minutes(wildcards):
     return int(-(-seconds // 60))
 
 
-# Settings of how the grader runs its evaluations (rlbench.workers), not of what they compute:
+# Settings of how the grader runs its evaluations (rlbench.evaluation.workers), not of what they compute:
 # they never rerun a baseline or a final evaluation.
 WORKER_SETTINGS = ("worker", "worker_idle_s")
 

@@ -1,4 +1,4 @@
-"""Rule aggregate: leaderboard.csv (one row per run) and every table of the paper (rlbench.analysis) as
+"""Rule aggregate: leaderboard.csv (one row per run) and every table of the paper (rlbench.analysis.tables) as
 CSV and Markdown, written to the paths the rule declares (<name>_csv, <name>_md)."""
 
 import sys
@@ -6,9 +6,9 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.analysis import build_tables, settings_with_defaults, write_table
-from rlbench.jsonio import read_json
-from rlbench.report import write_leaderboard_rows
+from rlbench.analysis.tables import build_tables, settings_with_defaults, write_table
+from rlbench.fileio.jsonio import read_json
+from rlbench.analysis.report import write_leaderboard_rows
 
 settings = settings_with_defaults(snakemake.params.report)
 summaries = [read_json(Path(p)) for p in snakemake.input.summaries]

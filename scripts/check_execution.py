@@ -5,8 +5,8 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.execution import self_check
-from rlbench.jsonio import write_json
+from rlbench.scoring.execution import self_check
+from rlbench.fileio.jsonio import write_json
 
 record = self_check(snakemake.params.execution, forbidden=[Path(snakemake.params.results).resolve()])
 print(f"execution sandbox: {record}", file=sys.stderr)

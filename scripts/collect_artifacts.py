@@ -7,8 +7,8 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.diagnostics import collect_artifacts
-from rlbench.jsonio import read_json, write_json
+from rlbench.summaries.diagnostics import collect_artifacts
+from rlbench.fileio.jsonio import read_json, write_json
 
 manifest = read_json(Path(snakemake.input.manifest))
 write_json(Path(snakemake.output.artifacts), collect_artifacts(Path(snakemake.input.run).parent, manifest))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.evaluation import evaluate_model, evaluation_resources, noise_summary
+from rlbench.evaluation.evaluate import evaluate_model, evaluation_resources, noise_summary
 from rlbench.grader.checks import fingerprint
-from rlbench.jsonio import read_json, write_json
-from rlbench.provenance import provenance
+from rlbench.fileio.jsonio import read_json, write_json
+from rlbench.recording.provenance import provenance
 from rlbench.tasks import get_task
 
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation

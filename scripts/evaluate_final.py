@@ -5,10 +5,10 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.evaluation import evaluate_model, evaluation_resources
+from rlbench.evaluation.evaluate import evaluate_model, evaluation_resources
 from rlbench.grader.checks import fingerprint, fingerprint_matches
-from rlbench.jsonio import read_json, write_json
-from rlbench.provenance import provenance
+from rlbench.fileio.jsonio import read_json, write_json
+from rlbench.recording.provenance import provenance
 
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 artifacts = read_json(Path(snakemake.input.artifacts))

@@ -5,8 +5,8 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.jsonio import write_json
-from rlbench.judges import judge_record
+from rlbench.fileio.jsonio import write_json
+from rlbench.scoring.judges import judge_record
 
 judge_model = snakemake.input.get("judge_model")
 record = judge_record(snakemake.params.judge, model_dir=Path(judge_model) if judge_model else None)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.jsonio import write_json
+from rlbench.fileio.jsonio import write_json
 from rlbench.tasks import get_task
 from rlbench.tasks.base import read_salt
 

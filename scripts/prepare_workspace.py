@@ -5,11 +5,11 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.attempts import archive_previous_attempt
+from rlbench.agent_run.attempts import archive_previous_attempt
 from rlbench.config import current_task_settings
-from rlbench.jsonio import write_json
+from rlbench.fileio.jsonio import write_json
 from rlbench.tasks import get_task
-from rlbench.workspace import prepare_workspace
+from rlbench.agent_run.workspace import prepare_workspace
 
 # The description may mention evaluation settings; they are read here, not as params, so that
 # changing them does not rebuild workspaces of finished runs.

@@ -1,15 +1,15 @@
-"""Rule report_figures: the figures across runs (rlbench.figures; PNG + SVG each) and the standalone
-page results/report/index.html (rlbench.html_report) from the tables rule aggregate wrote."""
+"""Rule report_figures: the figures across runs (rlbench.analysis.figures; PNG + SVG each) and the standalone
+page results/report/index.html (rlbench.analysis.html) from the tables rule aggregate wrote."""
 
 import sys
 from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.analysis import settings_with_defaults
-from rlbench.figures import budget_scaling, delta_heatmap, route_distribution, score_trajectories
-from rlbench.html_report import FIGURES, write_index
-from rlbench.jsonio import read_json
+from rlbench.analysis.tables import settings_with_defaults
+from rlbench.analysis.figures import budget_scaling, delta_heatmap, route_distribution, score_trajectories
+from rlbench.analysis.html import FIGURES, write_index
+from rlbench.fileio.jsonio import read_json
 
 settings = settings_with_defaults(snakemake.params.report)
 summaries = [read_json(Path(p)) for p in snakemake.input.summaries]

@@ -4,7 +4,7 @@ summary.jsonl) and the reference's per-run reports/ (metrics.json, figures/score
 summary.json["metrics"] holds the paper's ten process metrics only (the reference's definitions);
 summary.json["metrics_extra"] holds ours, and so do "mode" (the agent's operating mode, from
 workspace.json) and "mode_audit" (the mode judged against the training methods of the recorded
-code revisions, rlbench.modes), the run overview (budget, duration, timeline, routes used...) and
+code revisions, rlbench.summaries.modes), the run overview (budget, duration, timeline, routes used...) and
 "interactive_failure" (L3 runs). The ledger, the code revisions and snapshots (grader/) and
 run_meta.json (workspace/) are read beside run.json. The optional LLM narrative
 (params.narrative, off by default) is asked through the judge backend, cached under
@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.diagnostics import jsonl_record, summarize, summary_markdown
-from rlbench.jsonio import read_json, write_json
-from rlbench.narrative import add_narrative
-from rlbench.run_report import plot_score_trajectory, write_metrics_json
+from rlbench.summaries.diagnostics import jsonl_record, summarize, summary_markdown
+from rlbench.fileio.jsonio import read_json, write_json
+from rlbench.summaries.narrative import add_narrative
+from rlbench.summaries.run_report import plot_score_trajectory, write_metrics_json
 
 run_json = Path(snakemake.input.run)
 artifacts = read_json(Path(snakemake.input.artifacts))

@@ -16,10 +16,10 @@ os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFL
 from rlbench.grader.app import Grader, GraderConfig  # noqa: E402
 from rlbench.grader.checks import fingerprint  # noqa: E402
 from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
-from rlbench.models import prepare_model  # noqa: E402
+from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
-from rlbench.workers import WorkerPool  # noqa: E402
-from rlbench.workspace import prepare_workspace  # noqa: E402
+from rlbench.evaluation.workers import WorkerPool  # noqa: E402
+from rlbench.agent_run.workspace import prepare_workspace  # noqa: E402
 from support.needs import required_skip  # noqa: E402
 from support.settings import EVALUATION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC  # noqa: E402,F401
 

@@ -2,7 +2,7 @@
 the real tools wrote, and one end-to-end run of each real tool through the runner, the gateway and the sandbox.
 
 The logs under tests/fixtures/agent_logs/<tool>/<case>/ were captured by running each pinned tool with its
-adapter's plan behind the real LLM gateway (rlbench.gateway) in front of tests/fixtures/scripted_llm.py, with
+adapter's plan behind the real LLM gateway (rlbench.coding_agents.gateway) in front of tests/fixtures/scripted_llm.py, with
 the script "echo hi > hello.txt; cat hello.txt; finish" (100 prompt / 20 completion tokens a call):
 success (3 calls), dead (the gateway's upstream on a port nobody listens on) and max_turns (turn limit 1).
 Each case holds stdout.jsonl (the tool's structured stdout) and home/ (the transcripts the tool wrote under
@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from rlbench.adapters import get_adapter
-from rlbench.adapters.base import GatewayEndpoint, install_prefix
-from rlbench.ledger import is_scored
+from rlbench.coding_agents.adapters import get_adapter
+from rlbench.coding_agents.adapters.base import GatewayEndpoint
+from rlbench.coding_agents.tools import install_prefix
+from rlbench.recording.ledger import is_scored
 from support.cli_agents import (  # noqa: F401
     GATEWAY_KEY,
     GATEWAY_URL,
@@ -335,7 +336,7 @@ def test_tool_alone_gives_up_on_a_dead_endpoint_within_seconds(tool, tmp_path, m
     """Without the runner watching the gateway, the adapter's own retry bounds end the tool (Codex would otherwise
     retry forever, Claude Code for about 190 s, Gemini CLI for about 200 s)."""
     import support.cli_agents as harness
-    from rlbench.gateway.gateway import LLMGateway
+    from rlbench.coding_agents.gateway.gateway import LLMGateway
     from scripted_llm import dead_port
 
     harness.require_tool(tool)

@@ -3,7 +3,7 @@ the real tools wrote, and one end-to-end run of each real tool through the runne
 
 The logs under tests/fixtures/agent_logs/<tool>/<case>/ were captured by running each pinned tool (OpenCode
 1.18.33, openhands-sdk 1.58.2, mini-swe-agent 2.4.6) with its adapter's plan behind the real LLM gateway
-(rlbench.gateway) in front of tests/fixtures/scripted_llm.py, with the script "echo hi > hello.txt; cat
+(rlbench.coding_agents.gateway) in front of tests/fixtures/scripted_llm.py, with the script "echo hi > hello.txt; cat
 hello.txt; finish" (100 prompt / 20 completion tokens a call), each tool left to end by itself:
 
 - success: 3 tool calls (OpenCode makes a 4th, title generation, which its events do not report);
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.adapters import get_adapter
-from rlbench.adapters.base import install_prefix
+from rlbench.coding_agents.adapters import get_adapter
+from rlbench.coding_agents.tools import install_prefix
 from rlbench.config import Registries
 from support.cli_agents import (  # noqa: F401
     GATEWAY_KEY,
@@ -117,7 +117,7 @@ def test_openhands_plan(tmp_path):
     ctx = context(tmp_path, "openhands", turns=40, time_limit_s=7200)
     adapter = get_adapter("openhands")
     launch = adapter.plan(ctx)
-    from rlbench.adapters.openhands import LAUNCHER
+    from rlbench.coding_agents.adapters.openhands import LAUNCHER
 
     prefix = install_prefix(ctx.agent["tool"])
     assert launch.argv[:3] == [str(prefix / "bin" / "python"), "-I", str(LAUNCHER)]
@@ -134,7 +134,7 @@ def test_openhands_plan(tmp_path):
     # The launcher and the venv's base interpreter (under the host's home, hidden by the sandbox) are shown.
     assert LAUNCHER in launch.visible and prefix in launch.visible
     if (prefix / "pyvenv.cfg").exists():
-        from rlbench.adapters.openhands import venv_base_prefix
+        from rlbench.coding_agents.adapters.openhands import venv_base_prefix
 
         assert venv_base_prefix(prefix) in launch.visible
 
@@ -145,7 +145,7 @@ def test_openhands_tmux_socket_falls_back_to_the_private_tmp_when_the_home_path_
 
 
 def test_openhands_launcher_imports_nothing_from_rlbench():
-    from rlbench.adapters.openhands import LAUNCHER
+    from rlbench.coding_agents.adapters.openhands import LAUNCHER
 
     tree = ast.parse(LAUNCHER.read_text())
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -158,7 +158,7 @@ def test_openhands_launcher_imports_nothing_from_rlbench():
 def test_openhands_readiness_says_no_python_312_was_found_and_what_to_install(tmp_path, monkeypatch):
     import types
 
-    from rlbench import setup_agents
+    from rlbench.coding_agents import setup as setup_agents
 
     monkeypatch.setenv("RLBENCH_TOOLS_DIR", str(tmp_path / "no-tools"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
@@ -420,7 +420,7 @@ def test_mini_swe_agent_trains_submits_and_is_accounted_for(training, tmp_path, 
         expected["calls"], expected["input_tokens"], expected["output_tokens"])
     assert (run.run_dir / "agent" / "trajectory.json").exists()
     # The run's directory alone tells the run: the prompt, the transcript, the code at each submission, scores.
-    from rlbench.recording import reconstruct
+    from rlbench.recording.repository import reconstruct
 
     story = reconstruct(run.run_dir)
     assert story["missing"] == [] and (run.run_dir / "agent" / "prompt.md").read_text().startswith(story["prompt"]["text"])

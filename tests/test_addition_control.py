@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from rlbench.config import Registries
-from rlbench.generation import GenerationBackend
-from rlbench.jsonio import read_jsonl
+from rlbench.generation.backends import GenerationBackend
+from rlbench.fileio.jsonio import read_jsonl
 from rlbench.tasks import get_task
 from rlbench.tasks.addition_control import AdditionControl, public
 from rlbench.tasks.base import EvalContext
@@ -129,7 +129,7 @@ def test_evaluate_scores_exact_match_percentage(data):
 
 
 def test_tiny_model_evaluates_through_the_hf_backend(tmp_path, tiny_model):
-    from rlbench.evaluation import evaluate_model
+    from rlbench.evaluation.evaluate import evaluate_model
 
     settings = {**SETTINGS, "train_size": 4, "eval_size": 3}
     AdditionControl().prepare(settings, tmp_path / "train", tmp_path / "eval", salt=TEST_SALT)

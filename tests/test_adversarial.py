@@ -38,16 +38,16 @@ import conftest
 import psutil
 import pytest
 
-from rlbench.attempts import marked_processes
+from rlbench.agent_run.attempts import marked_processes
 from rlbench.grader.app import Grader, GraderConfig
 from rlbench.grader.checks import fingerprint
 from rlbench.grader.server import GradingServer, new_secret
-from rlbench.jsonio import read_json
-from rlbench.ledger import reference_view
-from rlbench.runner import REPO_ROOT, RunSpec, run_agent
-from rlbench.sandbox import bubblewrap_available
+from rlbench.fileio.jsonio import read_json
+from rlbench.recording.ledger import reference_view
+from rlbench.agent_run.runner import REPO_ROOT, RunSpec, run_agent
+from rlbench.sandbox.bubblewrap import bubblewrap_available
 from rlbench.tasks.gsm8k import GSM8K
-from rlbench.workspace import prepare_workspace
+from rlbench.agent_run.workspace import prepare_workspace
 from support.settings import EVALUATION, GSM8K_SETTINGS, TINY_SPEC
 
 AGENT_FILE = Path(__file__).resolve().parent / "fixtures" / "adversarial_agent.py"
@@ -590,7 +590,7 @@ def judge(v: Verdicts, agent, inst, intel, tokens, questions, eval_bytes, before
     legit = ledger_for(agent.LEGIT)
     real_score = None
     if legit and (workspace / agent.LEGIT).is_dir():
-        from rlbench.evaluation import evaluate_model
+        from rlbench.evaluation.evaluate import evaluate_model
 
         real_score = float(evaluate_model(GSM8K_SETTINGS, workspace / agent.LEGIT, inst["eval_dir"], EVALUATION)["score"])
     v.check("legit", "the legitimate submission was scored", len(legit) == 1 and legit[0].get("status") == "scored",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.jsonio import read_jsonl
+from rlbench.fileio.jsonio import read_jsonl
 from rlbench.tasks import get_task
 from rlbench.tasks.alfworld import VALID_UNSEEN_MIX, equal_counts, mix_counts, public
 from rlbench.tasks.alfworld.rollout import play_episodes
@@ -187,7 +187,7 @@ def _problems(folder: Path) -> set[str]:
 def test_heldout_games_never_reach_a_workspace_or_the_agents_environment(splits, tmp_path):
     import importlib.util
 
-    from rlbench.workspace import prepare_workspace
+    from rlbench.agent_run.workspace import prepare_workspace
 
     task, task_settings = splits["task"], settings()
     workspace, model = tmp_path / "ws", tmp_path / "model"

@@ -14,7 +14,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 
-from rlbench.jsonio import read_jsonl  # noqa: E402
+from rlbench.fileio.jsonio import read_jsonl  # noqa: E402
 from rlbench.tasks import EvalContext, get_task  # noqa: E402
 from rlbench.tasks.alpaca_eval import DATA, AlpacaEval  # noqa: E402
 from rlbench.tasks.alpaca_eval.winrate import (  # noqa: E402

@@ -1,4 +1,4 @@
-"""The cross-run tables (rlbench.analysis) against values computed by hand from hand-made summaries.
+"""The cross-run tables (rlbench.analysis.tables) against values computed by hand from hand-made summaries.
 
 The fixture: model "tiny", tasks gsm8k (baseline 10, noise band 0.5) and alpaca-eval (baseline 50, band
 1.0); configurations sft (reference, sft-only) and claude (claude-code / claude-sonnet-4, free) with 3
@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from rlbench.analysis import (
+from rlbench.analysis.tables import (
     BLANK_MD,
     bootstrap_ci,
     build_tables,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.adapters import ADAPTERS, build_prompt, get_adapter
-from rlbench.adapters.session import PROVIDER_KEY_VARS, scrub_provider_keys
+from rlbench.coding_agents.adapters import ADAPTERS, build_prompt, get_adapter
+from rlbench.coding_agents.session import PROVIDER_KEY_VARS, scrub_provider_keys
 from rlbench.config import ConfigError, Registries, load_registry
-from rlbench.jsonio import read_json
-from rlbench.runner import refuse_provider_key, run_agent
-from rlbench.setup_agents import SetupError, find_python
+from rlbench.fileio.jsonio import read_json
+from rlbench.agent_run.runner import refuse_provider_key, run_agent
+from rlbench.coding_agents.tools import SetupError, find_python
 from support.runs import spec_for
 
 CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands", "mini-swe-agent")
@@ -155,8 +155,8 @@ def test_relative_run_paths_as_snakemake_passes_them_become_absolute(tmp_path, m
     """Snakemake hands the runner relative paths; the gateway runs in its records directory and the tool in the
     workspace, so every path a session or gateway hands on must be absolute (a relative config path once kept
     the gateway from starting under Snakemake)."""
-    from rlbench.adapters.session import CliSession
-    from rlbench.gateway.gateway import LLMGateway
+    from rlbench.coding_agents.session import CliSession
+    from rlbench.coding_agents.gateway.gateway import LLMGateway
 
     monkeypatch.chdir(tmp_path)
     run_dir = Path("results/runs/gsm8k/tiny/claude-code/0")

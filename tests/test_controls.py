@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlbench.diagnostics import CODE_SUFFIXES
-from rlbench.jsonio import read_json, read_jsonl
-from rlbench.ledger import is_scored, is_submission
+from rlbench.summaries.diagnostics import CODE_SUFFIXES
+from rlbench.fileio.jsonio import read_json, read_jsonl
+from rlbench.recording.ledger import is_scored, is_submission
 from support.workflow import CONTROL_SEEDS, CONTROL_TASK
 
 SEEDS, TASK, MODEL = CONTROL_SEEDS, CONTROL_TASK, "smollm2-135m-instruct"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlbench.jsonio import read_jsonl
-from rlbench.judges import Answer, load_judge
+from rlbench.fileio.jsonio import read_jsonl
+from rlbench.scoring.judges import Answer, load_judge
 from rlbench.tasks import get_task
 from rlbench.tasks.base import EvalContext, new_salt, public_metrics, salt_fingerprint
 from rlbench.tasks.deepsearchqa import grading, public
@@ -172,7 +172,7 @@ def test_heldout_questions_never_ask_a_training_question(splits):
 
 
 def test_heldout_questions_never_reach_a_workspace(splits, tmp_path):
-    from rlbench.workspace import prepare_workspace
+    from rlbench.agent_run.workspace import prepare_workspace
 
     workspace, model = tmp_path / "ws", tmp_path / "model"
     model.mkdir()
@@ -373,10 +373,10 @@ def test_an_llm_judge_is_parsed_and_its_failures_fall_back_to_string_matching(sp
                     answers.append(Answer(text='```json\n{"explanation": "", "correctness_details": {"x": true}, "excessive_answers": ["y"]}\n```'))
             return answers
 
-    import rlbench.judges
+    import rlbench.scoring.judges
 
     judge = FakeJudge()
-    monkeypatch.setattr(rlbench.judges, "load_judge", lambda *args, **kwargs: judge)
+    monkeypatch.setattr(rlbench.scoring.judges, "load_judge", lambda *args, **kwargs: judge)
     llm = settings(judge={"backend": "openai", "model": "fake"})
     ctx = EvalContext(llm, model_dir=None, eval_dir=splits["eval"], backend=OraclePolicy(rows), replicate=2)
     try:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rlbench import diagnostics as d
-from rlbench.jsonio import write_json
-from rlbench.ledger import iso_timestamp
+from rlbench.summaries import diagnostics as d
+from rlbench.fileio.jsonio import write_json
+from rlbench.recording.ledger import iso_timestamp
 from support.diagnostics import (
     BASE,
     BASE_FP,

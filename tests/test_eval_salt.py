@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.jsonio import read_json, read_jsonl, write_jsonl
+from rlbench.fileio.jsonio import read_json, read_jsonl, write_jsonl
 from rlbench.tasks import addition_control, gsm8k
 from rlbench.tasks.addition_control import AdditionControl
 from rlbench.tasks.gsm8k import GSM8K

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rlbench import execution
-from rlbench.execution import RUN_AS_UID_BASE, ExecutionLimits, ProgramRunner, self_check
+from rlbench.scoring import execution
+from rlbench.scoring.execution import RUN_AS_UID_BASE, ExecutionLimits, ProgramRunner, self_check
 
 REPO = Path(__file__).resolve().parents[1]
 BWRAP_OK, BWRAP_WHY = execution._bubblewrap()

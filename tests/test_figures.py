@@ -1,4 +1,4 @@
-"""Figures across runs (rlbench.figures) and the standalone HTML page (rlbench.html_report), on
+"""Figures across runs (rlbench.analysis.figures) and the standalone HTML page (rlbench.analysis.html), on
 hand-made summary.json dicts: two tasks, two configurations, several seeds, a run without a
 submission, a summary written before the timeline / budget_s fields existed, and no runs at all."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rlbench.analysis import BLANK_MD, build_tables, config_key, config_label, delta_at_cut, write_tables
-from rlbench.figures import (
+from rlbench.analysis.tables import BLANK_MD, build_tables, config_key, config_label, delta_at_cut, write_tables
+from rlbench.analysis.figures import (
     budget_points,
     budget_scaling,
     cell_text,
@@ -24,7 +24,7 @@ from rlbench.figures import (
     run_points,
     score_trajectories,
 )
-from rlbench.html_report import write_index
+from rlbench.analysis.html import write_index
 
 BUDGET = 3600.0
 BAND = 0.5
@@ -154,7 +154,7 @@ def test_heatmap_cells_are_the_mean_delta_over_seeds():
 
 
 def test_heatmap_cells_match_the_delta_matrix_table():
-    """The figure and the table show the same numbers (both from rlbench.analysis)."""
+    """The figure and the table show the same numbers (both from rlbench.analysis.tables)."""
     cells = heatmap_cells(ALL)["tiny"]
     rows = build_tables(ALL)["delta_matrix"].rows
     assert len(rows) == len(cells)
@@ -343,9 +343,9 @@ def test_write_index_without_tables_or_figures(tmp_path):
 
 
 def test_write_index_from_the_analysis_tables(tmp_path, drawn_all):
-    """The page from the tables rule aggregate writes (rlbench.analysis): the paper's leaderboard with
+    """The page from the tables rule aggregate writes (rlbench.analysis.tables): the paper's leaderboard with
     the tasks as columns, each table's title as its heading and its notes under it."""
-    from rlbench.analysis import build_tables, write_tables
+    from rlbench.analysis.tables import build_tables, write_tables
 
     report = tmp_path / "report"
     paths = write_tables(build_tables(ALL), report)
@@ -383,8 +383,8 @@ def test_write_index_escapes_labels_from_runs(tmp_path):
 def test_index_tables_show_the_markdown_cells_with_the_configured_decimals(tmp_path):
     """index.html shows a table as its Markdown does: 68.00 (not the CSV's 68.0), 4 decimals where
     the table asks for them, blanks as the blank mark, an escaped pipe as a pipe."""
-    from rlbench.analysis import Table
-    from rlbench.html_report import read_markdown_table, render_index
+    from rlbench.analysis.tables import Table
+    from rlbench.analysis.html import read_markdown_table, render_index
 
     report = tmp_path / "report"
     table = Table(

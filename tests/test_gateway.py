@@ -1,4 +1,4 @@
-"""The per-run LLM gateway (rlbench.gateway) and the scripted upstream (tests/fixtures/scripted_llm.py).
+"""The per-run LLM gateway (rlbench.coding_agents.gateway) and the scripted upstream (tests/fixtures/scripted_llm.py).
 
 The gateway tests start the real LiteLLM proxy (a subprocess from .tools/venvs/gateway) in front of the scripted
 chat-completions server and talk real HTTP to it in the four wire formats the tools use. They skip when the
@@ -23,8 +23,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 
 import scripted_llm  # noqa: E402
-from rlbench.gateway import recorder  # noqa: E402
-from rlbench.gateway.gateway import GatewayError, GatewayLimits, LLMGateway, litellm_binary, proxy_config  # noqa: E402
+from rlbench.coding_agents.gateway import recorder  # noqa: E402
+from rlbench.coding_agents.gateway.gateway import GatewayError, GatewayLimits, LLMGateway, litellm_binary, proxy_config  # noqa: E402
 from scripted_llm import ScriptedLLM, dead_port, read_log, summed_usage  # noqa: E402
 
 KEY_ENV = "RLBENCH_TEST_GATEWAY_PROVIDER_KEY"
@@ -394,7 +394,7 @@ def test_gateway_proxy_dies_with_the_harness(tmp_path, fake_proxy):
 
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path\n"
-        "from rlbench.gateway.gateway import LLMGateway\n"
+        "from rlbench.coding_agents.gateway.gateway import LLMGateway\n"
         "gw = LLMGateway({'model': 'm', 'provider': 'openai-compatible', 'base_url': 'http://127.0.0.1:9/v1'},"
         " Path(sys.argv[2]), litellm_bin=Path(sys.argv[3])).__enter__()\n"
         "print(gw.proc.pid, flush=True); import time; time.sleep(60)\n"

@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from rlbench.jsonio import read_json, read_jsonl
+from rlbench.fileio.jsonio import read_json, read_jsonl
 from support.models import copy_model, perturb
 
 

@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlbench.grader.app import DRAIN_MAX_BYTES, MAX_BODY_BYTES
-from rlbench.ledger import reference_view
+from rlbench.recording.ledger import reference_view
 
 GPUS = ["0", "1"]
 SURROGATES = ["\ud800", "\udbff", "\udc80", "\udfff"]

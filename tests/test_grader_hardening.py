@@ -25,11 +25,11 @@ import pytest
 import requests
 from safetensors.torch import save_file
 
-from rlbench.evaluation import EvaluationError, GraderFault, _outcome
+from rlbench.evaluation.request import EvaluationError, GraderFault, read_outcome
 from rlbench.grader import app as grader_app
 from rlbench.grader.app import MAX_BODY_BYTES
-from rlbench.jsonio import read_json, write_json
-from rlbench.ledger import MODEL_PATH_MAX_CHARS, is_submission, reference_view
+from rlbench.fileio.jsonio import read_json, write_json
+from rlbench.recording.ledger import MODEL_PATH_MAX_CHARS, is_submission, reference_view
 from support.grader import (
     assert_consistent,
     evaluation_children,
@@ -291,11 +291,11 @@ def test_child_failures_are_classified_by_phase(tmp_path):
     result, error, log = tmp_path / "result.json", tmp_path / "error.json", tmp_path / "eval.log"
     log.write_text("Traceback ...\nOSError: boom\n")
     with pytest.raises(GraderFault, match="SIGKILL"):
-        _outcome(-signal.SIGKILL, result, error, log)
+        read_outcome(-signal.SIGKILL, result, error, log)
     with pytest.raises(GraderFault, match="without a result"):
-        _outcome(0, result, error, log)
+        read_outcome(0, result, error, log)
     with pytest.raises(GraderFault):
-        _outcome(1, result, error, log)  # died before it could say where
+        read_outcome(1, result, error, log)  # died before it could say where
     for phase, expected in (
         ("loading", EvaluationError),
         ("generating", EvaluationError),
@@ -304,16 +304,16 @@ def test_child_failures_are_classified_by_phase(tmp_path):
     ):
         write_json(error, {"phase": phase, "fault": "x", "error": "boom"})
         with pytest.raises(expected):
-            _outcome(1, result, error, log)
+            read_outcome(1, result, error, log)
     write_json(result, {"score": 1.0})
-    assert _outcome(0, result, error, log) == {"score": 1.0}
+    assert read_outcome(0, result, error, log) == {"score": 1.0}
 
 
 ORPHAN_PARENT = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from rlbench.evaluation import run_in_child
+from rlbench.evaluation.child import run_in_child
 settings, model, eval_dir, work = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 import json
 run_in_child(json.loads(settings), Path(model), Path(eval_dir), {"backend": "hf", "batch_size": 8}, Path(work))
@@ -646,7 +646,7 @@ def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, star
 
 # -- 11. a flood of requests costs each one the same ------------------------------------------------------------
 def test_agent_files_are_cheap_and_bounded(workspace, start_grader, monkeypatch):
-    from rlbench import jsonio
+    from rlbench.fileio import jsonio
 
     monkeypatch.setattr(grader_app, "SUBMISSIONS_SHOWN", 5)
     server = start_grader(workspace)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlbench.generation import GenerationBackend
-from rlbench.jsonio import read_jsonl
+from rlbench.generation.backends import GenerationBackend
+from rlbench.fileio.jsonio import read_jsonl
 from rlbench.tasks.base import EvalContext
 from rlbench.tasks.gsm8k import GSM8K, opencompass_protocol, public
 from support.settings import GSM8K_SETTINGS, TEST_SALT
@@ -75,7 +75,7 @@ def test_evaluate_scores_exact_match_percentage(gsm8k_data):
 
 
 def test_tiny_model_evaluates_through_the_hf_backend(tiny_model, gsm8k_data):
-    from rlbench.evaluation import evaluate_model
+    from rlbench.evaluation.evaluate import evaluate_model
 
     result = evaluate_model(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], {"backend": "hf", "batch_size": 2})
     assert result["backend"] == "hf" and result["n"] == 4 and len(result["items"]) == 4

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlbench.jsonio import read_jsonl
+from rlbench.fileio.jsonio import read_jsonl
 from rlbench.tasks.gsm8k import GSM8K, OPENCOMPASS_CONFIG, opencompass_protocol, public
 from rlbench.tasks.opencompass_config import VERSION, config_file
 from support import opencompass_upstream

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rlbench.config import load_registry
-from rlbench.execution import ExecutionScorer
-from rlbench.jsonio import read_jsonl
+from rlbench.tasks.parts import ExecutionScorer
+from rlbench.fileio.jsonio import read_jsonl
 from rlbench.tasks import get_task
 from rlbench.tasks import humaneval as he
 from rlbench.tasks.base import EvalContext

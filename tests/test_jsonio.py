@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rlbench.jsonio import write_json
+from rlbench.fileio.jsonio import write_json
 
 
 def test_write_json_never_follows_planted_symlinks(tmp_path):
@@ -27,7 +27,7 @@ def test_write_json_never_follows_planted_symlinks(tmp_path):
 
 
 def test_write_json_durable_flag_skips_only_the_fsync(tmp_path, monkeypatch):
-    from rlbench import jsonio
+    from rlbench.fileio import jsonio
 
     synced = []
     real = os.fsync
@@ -41,7 +41,7 @@ def test_write_json_durable_flag_skips_only_the_fsync(tmp_path, monkeypatch):
 
 
 def test_encoded_list_is_the_json_of_its_items():
-    from rlbench.jsonio import encoded_list
+    from rlbench.fileio.jsonio import encoded_list
 
     items = [{"b": 1, "a": [1, 2]}, "x", None]
     for indent in (0, 2, 4):

@@ -1,4 +1,4 @@
-"""The judges (rlbench.judges): pairs and free-text prompts, against the scripted judge endpoint and the tiny model."""
+"""The judges (rlbench.scoring.judges): pairs and free-text prompts, against the scripted judge endpoint and the tiny model."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 
 from scripted_judge import ScriptedJudge  # noqa: E402
 
-from rlbench.judges import (  # noqa: E402
+from rlbench.scoring.judges import (  # noqa: E402
     Answer,
     Judge,
     JudgeError,
@@ -27,11 +27,11 @@ from rlbench.judges import (  # noqa: E402
     judge_record,
     load_judge,
 )
-from rlbench.judges.base import Call, combine  # noqa: E402
-from rlbench.judges.cache import JudgmentCache  # noqa: E402
-from rlbench.judges.openai_judge import logprob_preference, parse_completion, parse_text_completion  # noqa: E402
-from rlbench.judges.prompt import render_messages, template_text  # noqa: E402
-from rlbench.judges.compat import alpaca_eval_module  # noqa: E402
+from rlbench.scoring.judges.base import Call, combine  # noqa: E402
+from rlbench.scoring.judges.cache import JudgmentCache  # noqa: E402
+from rlbench.scoring.judges.openai_judge import logprob_preference, parse_completion, parse_text_completion  # noqa: E402
+from rlbench.scoring.judges.prompt import render_messages, template_text  # noqa: E402
+from rlbench.scoring.judges.compat import alpaca_eval_module  # noqa: E402
 
 MARKED = [  # (instruction, reference, model output): the output holding GOOD is the better one
     ("Say hello.", "hello", "Hello there, GOOD to meet you."),

@@ -8,7 +8,7 @@ import csv
 
 import yaml
 
-from rlbench.jsonio import read_json, read_jsonl
+from rlbench.fileio.jsonio import read_json, read_jsonl
 from support.workflow import planned_jobs
 
 

@@ -1,4 +1,4 @@
-"""Tests for rlbench.models: materialising model registry entries into HF model directories."""
+"""Tests for rlbench.models.materialise: materialising model registry entries into HF model directories."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlbench import models
-from rlbench.models import ModelPrepareError, load_spec, prepare_model
+from rlbench.models import materialise as models
+from rlbench.models.materialise import ModelPrepareError, load_spec, prepare_model
 from support.settings import TINY_SPEC
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from rlbench import diagnostics as d
+from rlbench.summaries import diagnostics as d
 from rlbench.grader.checks import fingerprint
-from rlbench.jsonio import read_json, read_jsonl, write_json
-from rlbench.modes import FINAL, audit_mode
-from rlbench.report import LEADERBOARD_COLUMNS, write_leaderboard
+from rlbench.fileio.jsonio import read_json, read_jsonl, write_json
+from rlbench.summaries.modes import FINAL, audit_mode
+from rlbench.analysis.report import LEADERBOARD_COLUMNS, write_leaderboard
 from support.models import copy_model
 
 SFT = """from trl import SFTConfig, SFTTrainer

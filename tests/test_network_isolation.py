@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.jsonio import read_json
-from rlbench.netbridge import HostBridge
-from rlbench.runner import run_agent
-from rlbench.sandbox import (
+from rlbench.fileio.jsonio import read_json
+from rlbench.sandbox.netbridge import HostBridge
+from rlbench.agent_run.runner import run_agent
+from rlbench.sandbox.bubblewrap import (
     NetworkPolicy,
     bubblewrap_available,
     network_namespace_available,

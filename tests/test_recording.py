@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from rlbench import cli, recording
-from rlbench import diagnostics as d
+from rlbench.summaries import diagnostics as d
 from rlbench.grader.checks import (
     checkpoint_files,
     checkpoint_manifest,
@@ -32,8 +32,8 @@ from rlbench.grader.checks import (
     manifest_fingerprint,
     workspace_checkpoint_manifest,
 )
-from rlbench.jsonio import read_json, read_jsonl, write_json
-from rlbench.recording import (
+from rlbench.fileio.jsonio import read_json, read_jsonl, write_json
+from rlbench.recording.repository import (
     CODE_GIT,
     CodeRepository,
     ResourceSampler,

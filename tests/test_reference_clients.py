@@ -47,9 +47,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from rlbench.jsonio import read_json, read_jsonl
-from rlbench.ledger import REFERENCE_FIELDS
-from rlbench.sandbox import bubblewrap_available
+from rlbench.fileio.jsonio import read_json, read_jsonl
+from rlbench.recording.ledger import REFERENCE_FIELDS
+from rlbench.sandbox.bubblewrap import bubblewrap_available
 from support.models import copy_model, perturb
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
@@ -314,7 +314,7 @@ def test_timer_sh_says_when_time_is_up(workspace, start_grader):
 def test_run_in_sandbox_timer_time_and_end_time(workspace, tiny_model, gsm8k_data):
     """A reference-style agent in the sandbox: bash timer.sh, run_meta.json, curl /time, submit;
     the runner then records the run's end in run_meta.json as the reference does."""
-    from rlbench.runner import run_agent
+    from rlbench.agent_run.runner import run_agent
     from support.runs import spec_for
 
     script = (

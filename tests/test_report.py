@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 
-from rlbench.jsonio import write_json
-from rlbench.report import LEADERBOARD_COLUMNS, write_leaderboard
+from rlbench.fileio.jsonio import write_json
+from rlbench.analysis.report import LEADERBOARD_COLUMNS, write_leaderboard
 
 
 def summary(agent: str, best: float | None) -> dict:

@@ -11,8 +11,8 @@ import signal
 import subprocess
 import time
 
-from rlbench.attempts import marked_processes
-from rlbench.jsonio import read_json, read_jsonl
+from rlbench.agent_run.attempts import marked_processes
+from rlbench.fileio.jsonio import read_json, read_jsonl
 from support.faults import audit_submissions
 from support.workflow import (
     REPO,

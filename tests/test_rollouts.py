@@ -1,4 +1,4 @@
-"""Text generators for rollouts (rlbench.rollouts): the cached, batched generator must answer
+"""Text generators for rollouts (rlbench.generation.textgen): the cached, batched generator must answer
 exactly like the reference's one-prompt-at-a-time loop, while reusing cached prompt state."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from rlbench.generation import cut_at_stop
-from rlbench.models import prepare_model
-from rlbench.rollouts import CachedBatchGenerator, FullPromptGenerator, load_text_generator
+from rlbench.generation.backends import cut_at_stop
+from rlbench.models.materialise import prepare_model
+from rlbench.generation.textgen import CachedBatchGenerator, FullPromptGenerator, load_text_generator
 from rlbench.tasks.alfworld.public import clean_action, history_entry
 
 PREFIXES = [

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from rlbench import diagnostics as d
-from rlbench import narrative as n
-from rlbench.judges import Answer, Judge
-from rlbench.run_report import (
+from rlbench.summaries import diagnostics as d
+from rlbench.summaries import narrative as n
+from rlbench.scoring.judges import Answer, Judge
+from rlbench.summaries.run_report import (
     metrics_record,
     plot_score_trajectory,
     trajectory_axis,

@@ -9,9 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlbench.jsonio import read_json, read_jsonl
-from rlbench.runner import run_agent
-from rlbench.sandbox import bubblewrap_available
+from rlbench.fileio.jsonio import read_json, read_jsonl
+from rlbench.agent_run.runner import run_agent
+from rlbench.sandbox.bubblewrap import bubblewrap_available
 from support.runs import spec_for
 from support.settings import GSM8K_SETTINGS
 
@@ -95,7 +95,7 @@ def test_workspace_holds_no_held_out_file(workspace, gsm8k_data):
 
 def test_workspace_tells_the_agent_its_mode(tmp_path, tiny_model, gsm8k_data):
     from rlbench.tasks.gsm8k import GSM8K
-    from rlbench.workspace import prepare_workspace
+    from rlbench.agent_run.workspace import prepare_workspace
     from support.settings import TINY_SPEC
 
     ws = tmp_path / "ws"
@@ -109,7 +109,7 @@ def test_workspace_tells_the_agent_its_mode(tmp_path, tiny_model, gsm8k_data):
 def test_sandbox_keeps_visible_paths_under_private_tmp(tmp_path):
     import subprocess
 
-    from rlbench.sandbox import plan
+    from rlbench.sandbox.bubblewrap import plan
 
     tool = tmp_path / "tool" / "hello.sh"  # pytest's tmp_path lives under /tmp
     tool.parent.mkdir()
@@ -135,7 +135,7 @@ def test_interrupted_runner_stops_the_agent_and_records_it(workspace, tiny_model
     spec_file.write_bytes(pickle.dumps(spec))
     runner = subprocess.Popen(
         [sys.executable, "-c", f"import pickle,sys; sys.path.insert(0, {str(Path(__file__).parents[1] / 'scripts')!r}); "
-         f"from rlbench.runner import run_agent; run_agent(pickle.load(open({str(spec_file)!r}, 'rb')))"],
+         f"from rlbench.agent_run.runner import run_agent; run_agent(pickle.load(open({str(spec_file)!r}, 'rb')))"],
     )
     deadline = time.time() + 60
     while not pid_file.exists() or not pid_file.read_text().strip():
@@ -175,7 +175,7 @@ def test_interrupted_runner_does_not_wait_for_an_evaluation_in_flight(workspace,
     spec_file.write_bytes(pickle.dumps(spec))
     runner = subprocess.Popen(
         [sys.executable, "-c", f"import pickle,sys; sys.path.insert(0, {str(Path(__file__).parents[1] / 'scripts')!r}); "
-         f"from rlbench.runner import run_agent; run_agent(pickle.load(open({str(spec_file)!r}, 'rb')))"],
+         f"from rlbench.agent_run.runner import run_agent; run_agent(pickle.load(open({str(spec_file)!r}, 'rb')))"],
     )
 
     def evaluation_children() -> list[psutil.Process]:

@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlbench.attempts import kill_marked, marked_processes
-from rlbench.jsonio import read_json
-from rlbench.runner import REPO_ROOT, run_agent
-from rlbench.sandbox import bubblewrap_available, split_masks
+from rlbench.agent_run.attempts import kill_marked, marked_processes
+from rlbench.fileio.jsonio import read_json
+from rlbench.agent_run.runner import REPO_ROOT, run_agent
+from rlbench.sandbox.bubblewrap import bubblewrap_available, split_masks
 from support.runs import spec_for
 
 BWRAP_OK, BWRAP_WHY = bubblewrap_available()
@@ -253,7 +253,7 @@ def test_agent_ending_on_sigterm_is_recorded_as_such(workspace, tiny_model, gsm8
 RUNNER = """\
 import pickle, sys
 sys.path.insert(0, {scripts!r})
-from rlbench.runner import run_agent, stop_with_owner
+from rlbench.agent_run.runner import run_agent, stop_with_owner
 stop_with_owner(interval_s=0.2)
 run_agent(pickle.load(open(sys.argv[1], "rb")))
 """
@@ -309,7 +309,7 @@ def test_a_daemon_missed_by_one_listing_is_still_killed(monkeypatch):
     import subprocess
     import uuid
 
-    from rlbench import attempts
+    from rlbench.agent_run import attempts
 
     marker = uuid.uuid4().hex
     daemon = subprocess.Popen(["sleep", "60"], env={**os.environ, attempts.RUN_MARKER: marker})

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from rlbench.config import ConfigError, load_schema, validate
-from rlbench.evaluation import noise_summary
-from rlbench.generation import GenerationBackend, cut_at_stop
-from rlbench.jsonio import write_jsonl
-from rlbench.provenance import provenance
+from rlbench.evaluation.evaluate import noise_summary
+from rlbench.generation.backends import GenerationBackend, cut_at_stop
+from rlbench.fileio.jsonio import write_jsonl
+from rlbench.recording.provenance import provenance
 from rlbench.tasks import get_task
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalContext, EvalResult, Task, public_metrics
 from rlbench.tasks.parts import SingleTurn

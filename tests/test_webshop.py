@@ -14,7 +14,7 @@ from random import Random
 
 import pytest
 
-from rlbench.jsonio import read_jsonl, write_jsonl
+from rlbench.fileio.jsonio import read_jsonl, write_jsonl
 from rlbench.tasks import get_task
 from rlbench.tasks.base import EvalContext, new_salt, public_metrics
 from rlbench.tasks.webshop import generate, public
@@ -362,7 +362,7 @@ def test_episode_over_the_context_ends_lost(splits):
 
 
 def test_heldout_goals_never_reach_the_training_split_or_a_workspace(splits, tmp_path):
-    from rlbench.workspace import prepare_workspace
+    from rlbench.agent_run.workspace import prepare_workspace
 
     eval_rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))
     train_rows = list(read_jsonl(splits["train"] / "train.jsonl"))

@@ -1,4 +1,4 @@
-"""Warm evaluation workers (rlbench.workers): reused across submissions, scored exactly as a fresh
+"""Warm evaluation workers (rlbench.evaluation.workers): reused across submissions, scored exactly as a fresh
 process scores, and contained: a worker that dies, hangs or fails costs only its own submission.
 
 The default tier keeps reuse, a worker killed while idle, fresh mode, bad modes, a worker that cannot
@@ -20,9 +20,9 @@ import psutil
 import pytest
 import requests
 
-from rlbench.evaluation import run_in_child
-from rlbench.jsonio import read_json
-from rlbench.workers import WorkerPool
+from rlbench.evaluation.child import run_in_child
+from rlbench.fileio.jsonio import read_json
+from rlbench.evaluation.workers import WorkerPool
 from support.grader import assert_consistent, evaluation_children, gone, pool_workers, wait_for
 from support.models import copy_model, perturb
 from support.settings import EVALUATION, GSM8K_SETTINGS
@@ -139,7 +139,7 @@ def test_a_job_handed_to_a_worker_that_dies_before_accepting_it_goes_to_a_new_wo
 @pytest.mark.slow
 def test_a_job_that_kills_every_worker_before_it_is_accepted_fails_once(tmp_path, tiny_model, gsm8k_data, monkeypatch):
     """Only one transparent retry per job: a request that kills workers is still contained."""
-    import rlbench.workers as workers
+    import rlbench.evaluation.workers as workers
 
     pool = WorkerPool(tmp_path / "workers")
     try:
@@ -206,7 +206,7 @@ POOL_PARENT = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from rlbench.workers import WorkerPool
+from rlbench.evaluation.workers import WorkerPool
 import json
 settings, model, eval_dir, work = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 pool = WorkerPool(Path(work) / "workers")
@@ -257,7 +257,7 @@ def test_evaluation_error_of_a_worker_is_the_models(workspace, start_grader, tin
 
 
 def test_a_worker_that_cannot_be_started_fails_one_evaluation_and_the_pool_lives_on(tmp_path, tiny_model, gsm8k_data, monkeypatch):
-    import rlbench.workers as workers
+    import rlbench.evaluation.workers as workers
 
     real, calls = workers.subprocess.Popen, []
 

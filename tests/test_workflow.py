@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlbench.jsonio import read_json, read_jsonl
+from rlbench.fileio.jsonio import read_json, read_jsonl
 from support.needs import unavailable
 from support.workflow import (
     GSM8K_GRID,
@@ -220,7 +220,7 @@ def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(changed, tmp_
 
 
 def chromium_or_skip() -> None:
-    from rlbench.browser import find_chromium
+    from rlbench.analysis.browser import find_chromium
 
     if find_chromium() is None:
         unavailable("browser", "Chromium not installed (Debian: apt-get install chromium); the HTML report test needs it")
@@ -271,7 +271,7 @@ def test_html_report_opens_in_chromium_and_shows_the_leaderboard_and_a_figure(sw
     """Snakemake's HTML report and results/report/index.html as a reader sees them, in headless Chromium."""
     import base64
 
-    from rlbench.browser import Page
+    from rlbench.analysis.browser import Page
 
     chromium_or_skip()
     html = tmp_path / "report.html"

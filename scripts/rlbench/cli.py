@@ -6,6 +6,8 @@
     rlbench report [--results DIR]
     rlbench regenerate [--config FILE] [--cores N] [--html FILE] [-- SNAKEMAKE ARGS...]
     rlbench reconstruct RUN_DIR
+
+Builds on: paths, config, recording, coding_agents.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from rlbench.paths import REPO_ROOT
+
 
 
 def _repo() -> Path:
@@ -166,7 +169,8 @@ def report(args: argparse.Namespace) -> int:
 
 def setup_agents_command(args: argparse.Namespace) -> int:
     from rlbench.config import ConfigError, Registries
-    from rlbench.setup_agents import SetupError, setup_agents
+    from rlbench.coding_agents.setup import setup_agents
+    from rlbench.coding_agents.tools import SetupError
 
     try:
         failures = setup_agents(Registries.load().agents, args.agents, gateway=not args.no_gateway)
@@ -179,8 +183,8 @@ def setup_agents_command(args: argparse.Namespace) -> int:
 
 
 def reconstruct(args: argparse.Namespace) -> int:
-    """A run as its record tells it (rlbench.recording.reconstruct), as JSON on stdout."""
-    from rlbench.recording import reconstruct as reconstruct_run
+    """A run as its record tells it (rlbench.recording.repository.reconstruct), as JSON on stdout."""
+    from rlbench.recording.repository import reconstruct as reconstruct_run
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

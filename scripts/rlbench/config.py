@@ -1,4 +1,7 @@
-"""Sweep configuration and the task / model / agent registries, validated with clear errors."""
+"""Sweep configuration and the task / model / agent registries, validated with clear errors.
+
+Builds on: paths.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
-CONFIG_DIR = REPO_ROOT / "config"
+from rlbench.paths import CONFIG_DIR, SCHEMA_DIR
+
 REGISTRY_KINDS = ("tasks", "models", "agents")
 _SCHEMA_FOR_KIND = {"tasks": "task", "models": "model", "agents": "agent"}
 

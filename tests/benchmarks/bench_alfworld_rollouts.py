@@ -6,7 +6,7 @@
 
 Plays the same held-out-style episodes twice:
 - ours: every live episode advanced in lockstep, one batched generation call per step
-  (rlbench.rollouts.CachedBatchGenerator: the shared few-shot prefix computed once, each
+  (rlbench.generation.textgen.CachedBatchGenerator: the shared few-shot prefix computed once, each
   episode's history kept as KV cache between steps), the games stepping in an EnvPool of
   --workers processes (rlbench.tasks.alfworld.rollout.play_episodes, lockstep=True);
 - the reference's loop: one episode at a time, the whole prompt computed at every step
@@ -17,7 +17,7 @@ differing episodes are listed (a flipped greedy token from padding/caching numer
 here). Prints each side's wall time split into generation / environment / reset, and the ratios:
 generation speed-up, total speed-up, and ours' total against its environment time alone.
 
-Model: --model names a registry entry under config/models/ (prepared with rlbench.models.
+Model: --model names a registry entry under config/models/ (prepared with rlbench.models.materialise.
 prepare_model into a temporary folder; smollm2-135m-instruct builds offline in about a minute), or
 --model-dir an already prepared model directory. Games: --games-dir reuses the games found there
 (any */game.tw-pddl), or generates them there when it is empty or missing; without it they are
@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import yaml  # noqa: E402
 
-from rlbench.models import prepare_model  # noqa: E402
-from rlbench.rollouts import CachedBatchGenerator, FullPromptGenerator  # noqa: E402
+from rlbench.models.materialise import prepare_model  # noqa: E402
+from rlbench.generation.textgen import CachedBatchGenerator, FullPromptGenerator  # noqa: E402
 from rlbench.tasks.alfworld import public  # noqa: E402
 from rlbench.tasks.alfworld.rollout import play_episodes  # noqa: E402
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from rlbench.generation import HFBackend  # noqa: E402
-from rlbench.models import prepare_model  # noqa: E402
+from rlbench.generation.backends import HFBackend  # noqa: E402
+from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.tasks.base import new_salt  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
 from rlbench.tasks.gsm8k import public as gsm8k_public  # noqa: E402
-from rlbench.jsonio import read_jsonl  # noqa: E402
+from rlbench.fileio.jsonio import read_jsonl  # noqa: E402
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import requests
 from grader_setup import model_spec, prepare, start_server, task_settings, variant
 
-from rlbench.jsonio import read_json, read_jsonl
+from rlbench.fileio.jsonio import read_json, read_jsonl
 from rlbench.tasks import get_task
 
 TARGET = 0.80
@@ -42,15 +42,15 @@ def bare_generate(model_dir: Path, conversations: list[list[dict]], max_new_toke
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlbench.generation import _eos_ids, _render
+    from rlbench.generation.backends import eos_ids, render_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    eos = _eos_ids(tokenizer.eos_token_id, model.generation_config.eos_token_id)
-    prompts = [_render(tokenizer, c) for c in conversations]
+    eos = eos_ids(tokenizer.eos_token_id, model.generation_config.eos_token_id)
+    prompts = [render_prompt(tokenizer, c) for c in conversations]
     tokens, seconds, completions = 0, 0.0, []
     for start in range(0, len(prompts), batch_size):
         batch = tokenizer(prompts[start : start + batch_size], add_special_tokens=False, padding=True, return_tensors="pt")

@@ -3,10 +3,10 @@
     .venv/bin/python tests/benchmarks/bench_submit_roundtrip.py [--models tiny smollm2-135m-instruct]
         [--prompts 32] [--max-new-tokens 64] [--submissions 2]
 
-For each model: the bare evaluation (rlbench.evaluation.evaluate_model in a process of its own,
+For each model: the bare evaluation (rlbench.evaluation.evaluate.evaluate_model in a process of its own,
 already warm: its generation + scoring, the faster of two, and its loading apart), then a live grading server with each
 worker mode, `fresh` (a new interpreter per submission, the grader before warm workers) and `warm`
-(rlbench.workers, started when the grader starts, as the runner does), answering `--submissions`
+(rlbench.evaluation.workers, started when the grader starts, as the runner does), answering `--submissions`
 submissions of new weights over HTTP. Prints the median round trip, where the last evaluation's
 time went, and the ratios round trip / bare (the target: warm <= 1.3x on both models). GSM8K's
 8-shot prompts are ~1,550 tokens: on 2 CPU cores SmolLM2 reads ~400 prompt tokens/s, hence the
@@ -27,7 +27,7 @@ from pathlib import Path
 import requests
 from grader_setup import gsm8k_settings, model_spec, prepare, start_server, variant
 
-from rlbench.evaluation import evaluate_model
+from rlbench.evaluation.evaluate import evaluate_model
 
 TARGET = 1.3
 

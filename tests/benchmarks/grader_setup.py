@@ -18,9 +18,9 @@ import yaml  # noqa: E402
 from rlbench.grader.app import Grader, GraderConfig  # noqa: E402
 from rlbench.grader.checks import fingerprint  # noqa: E402
 from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
-from rlbench.models import prepare_model  # noqa: E402
+from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.tasks import get_task  # noqa: E402
-from rlbench.workspace import prepare_workspace  # noqa: E402
+from rlbench.agent_run.workspace import prepare_workspace  # noqa: E402
 
 TEST_SALT = "rlbench-benchmark-salt"
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.adapters import get_adapter
-from rlbench.adapters.base import GatewayEndpoint, LaunchContext
+from rlbench.coding_agents.adapters import get_adapter
+from rlbench.coding_agents.adapters.base import GatewayEndpoint, LaunchContext
 from rlbench.config import Registries
-from rlbench.jsonio import read_json, read_jsonl
-from rlbench.runner import AGENTS_DIR, run_agent
+from rlbench.fileio.jsonio import read_json, read_jsonl
+from rlbench.agent_run.runner import AGENTS_DIR, run_agent
 from support.runs import spec_for
 from support.settings import REPO
 
@@ -133,7 +133,7 @@ def require_tool(name: str) -> None:
     """Skip (with what to run) when the tool or the gateway is not installed here."""
     entry = Registries.load().agents[name]
     problems = [p for p in get_adapter(entry["tool"]["name"]).readiness(entry) if "API key" not in p]
-    from rlbench.gateway.gateway import litellm_binary
+    from rlbench.coding_agents.gateway.gateway import litellm_binary
 
     if not litellm_binary().exists():
         problems.append(f"the LLM gateway is not installed ({litellm_binary()}): run `make setup-agents`")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench.jsonio import append_jsonl, write_json
-from rlbench.ledger import iso_timestamp
+from rlbench.fileio.jsonio import append_jsonl, write_json
+from rlbench.recording.ledger import iso_timestamp
 
 START = 1_700_000_000  # run_meta start_time (int, as the reference stores it)
 BASELINE = 40.0

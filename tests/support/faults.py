@@ -11,7 +11,7 @@ The parts, as they run (Snakemake's local executor runs a `script:` job as its d
     snakemake (main)                        the process `make run` starts
       └─ runner (scripts/run_agent.py)      grading server thread; attempt.json names it
            ├─ agent (bwrap ─ bwrap ─ python) own session; every process carries the run marker
-           └─ python -m rlbench.evaluation  the warm evaluation worker (rlbench.workers), or one
+           └─ python -m rlbench.evaluation        the warm evaluation worker (rlbench.evaluation.workers), or one
                                             per submission (evaluation.worker: fresh)
 
 Everything here only ever signals processes that belong to the trial: found by the trial's
@@ -34,7 +34,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from rlbench.attempts import marked_processes
+from rlbench.agent_run.attempts import marked_processes
 from support.workflow import REPO, SFT_RUN, SNAKEMAKE
 
 PROFILE = REPO / "workflow" / "profiles" / "local"
@@ -124,7 +124,7 @@ def evaluation_children(workdir: Path) -> list[psutil.Process]:
 
 def current_submission(proc: psutil.Process) -> int | None:
     """The submission an evaluation process is evaluating now: named in a fresh child's argv, or,
-    for a warm worker (rlbench.workers), by the eval.log of that submission it writes to while it
+    for a warm worker (rlbench.evaluation.workers), by the eval.log of that submission it writes to while it
     evaluates (its stdout and stderr go back to its own log in between). None: it is idle."""
     try:
         match = SNAPSHOT_ID.search(" ".join(proc.cmdline()))

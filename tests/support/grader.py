@@ -8,7 +8,7 @@ import time
 import psutil
 import requests
 
-from rlbench.ledger import reference_view
+from rlbench.recording.ledger import reference_view
 
 
 def strict_json(raw: bytes) -> object:

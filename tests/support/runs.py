@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.grader.checks import fingerprint
-from rlbench.runner import RunSpec
+from rlbench.agent_run.runner import RunSpec
 
 from support.settings import EVALUATION, GSM8K_SETTINGS
 

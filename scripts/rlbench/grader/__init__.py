@@ -1,1 +1,4 @@
-"""The grading server: scores agent submissions on the held-out split, records every one."""
+"""The grading server: scores agent submissions on the held-out split, records every one.
+
+Builds on: fileio, tasks, evaluation, recording.
+"""

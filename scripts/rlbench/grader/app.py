@@ -3,7 +3,7 @@
 The secret is the first path segment of GRADING_SERVER_URL, so agents written for the reference
 harness (`curl -X POST "$GRADING_SERVER_URL/submit" -d '{"model_path": ...}'`) work unchanged.
 Responses, scores.json, run_meta.json and timer.sh carry the reference harness's fields with the
-reference's meanings (see rlbench.ledger); our own fields sit beside them.
+reference's meanings (see rlbench.recording.ledger); our own fields sit beside them.
 
 Every request to /submit that reaches the grader gets a submission id and exactly one ledger line,
 whatever fails where: the statuses an agent can get are 200 (scored or cached), 4xx (refused, or
@@ -16,7 +16,7 @@ The agent is hostile by assumption. The checkpoint is copied (following no link)
 looks at it, and what is inspected, fingerprinted and evaluated is the copy (see grader.checks).
 Nothing the agent gets back carries text the evaluation may have read from the held-out split:
 errors after it was read keep their detail in the ledger's private `error_detail` (see
-rlbench.evaluation). Weights whose evaluation keeps being killed (out of memory) stop being the
+rlbench.evaluation.child). Weights whose evaluation keeps being killed (out of memory) stop being the
 grader's fault after GRADER_FAULTS_RETRIED kills. The agent-visible files are derived from the
 fsync'd ledger: rewritten atomically but without fsync, only when they change, from entries
 encoded once, and submissions.json lists the last SUBMISSIONS_SHOWN requests, so that a flood of
@@ -24,7 +24,7 @@ requests costs each one about the same.
 
 Every submission that reaches scoring also leaves its audit records: the grader's copy of code/
 (snapshots/NNNN/code), committed to the shadow repository grader/code.git as "submission N" (the
-ledger's `code_revision`, null when git failed; see rlbench.recording), and
+ledger's `code_revision`, null when git failed; see rlbench.recording.repository), and
 snapshots/NNNN/checkpoint.json (the fingerprint, each checkpoint file's size and sha256, config.json).
 """
 
@@ -48,7 +48,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rlbench.evaluation import EvaluationError, GraderFault
+from rlbench.evaluation.request import EvaluationError, GraderFault
 from rlbench.grader.checks import (
     SubmissionRefused,
     checkpoint_manifest,
@@ -59,8 +59,8 @@ from rlbench.grader.checks import (
     take_snapshot,
     snapshot_code,
 )
-from rlbench.jsonio import append_jsonl, encoded_list, write_json, write_text
-from rlbench.ledger import (
+from rlbench.fileio.jsonio import append_jsonl, encoded_list, write_json, write_text
+from rlbench.recording.ledger import (
     GRADER_ERROR,
     is_scored,
     is_submission,
@@ -70,17 +70,17 @@ from rlbench.ledger import (
     safe_text,
     stored_model_path,
 )
-from rlbench.recording import CODE_GIT, CodeRepository
+from rlbench.recording.repository import CODE_GIT, CodeRepository
 from rlbench.tasks.base import public_metrics
-from rlbench.workers import WorkerPool
+from rlbench.evaluation.workers import WorkerPool
 
 LEDGER = "ledger.jsonl"
 # Ledger fields the agent never gets back (they stay in grader/ledger.jsonl). error_detail: a
-# failure's full story, which may quote the held-out split (rlbench.evaluation).
+# failure's full story, which may quote the held-out split (rlbench.evaluation.request).
 PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance", "error_detail", "eval_timing")
 # submissions.json lists this many of the most recent requests (its totals count them all): it is
 # rewritten on every request, and must not cost more the more requests there were. (The agent's
-# INSTRUCTIONS, rlbench.workspace, give this number.)
+# INSTRUCTIONS, rlbench.agent_run.workspace, give this number.)
 SUBMISSIONS_SHOWN = 1000
 # Evaluations of the same weights killed by a signal while loading or generating (most likely out
 # of memory) that are answered as the grader's fault (503, retryable); the next is the model's (422).
@@ -164,13 +164,13 @@ class Grader:
         self.ledger_path = config.grader_dir / LEDGER
         self.snapshots = config.grader_dir / "snapshots"
         self.best_model_dir = config.grader_dir / "best_model"
-        # The agent's code at each submission that reaches scoring, one commit each (rlbench.recording).
+        # The agent's code at each submission that reaches scoring, one commit each (rlbench.recording.repository).
         self.code_repo = CodeRepository(config.grader_dir / CODE_GIT)
         self.available_gpus = sorted(config.gpus, key=gpu_order)
         self._state_lock = threading.Lock()
         self._idle = threading.Condition()
         self._inflight = 0
-        # Where evaluations run: a warm worker per GPU set, or a fresh process each (rlbench.workers).
+        # Where evaluations run: a warm worker per GPU set, or a fresh process each (rlbench.evaluation.workers).
         self._own_workers = workers is None
         self.workers = WorkerPool.from_settings(config.grader_dir / "workers", config.evaluation) if workers is None else workers
         self._gpu_locks = {gpu: threading.Lock() for gpu in self.available_gpus or ["cpu"]}
@@ -506,7 +506,7 @@ class Grader:
         return result
 
     def _evaluate(self, digest: str, model_copy: Path, work_dir: Path, gpus: list[str]) -> dict:
-        """The evaluation (in a worker: rlbench.workers), with a bound on the grader faults one content may cause.
+        """The evaluation (in a worker: rlbench.evaluation.workers), with a bound on the grader faults one content may cause.
 
         A child killed by a signal while the model was loaded or run is a grader error (retryable):
         the machine may have been short of memory for other reasons. But the same weights killed

@@ -24,9 +24,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
-from typing import Iterator
 
-from rlbench.ledger import safe_text
+from rlbench.fileio import nofollow
+from rlbench.recording.ledger import safe_text
 
 # Files that make up a checkpoint; everything else (optimizer state, logs) is ignored.
 CHECKPOINT_PATTERNS = ("*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken")
@@ -43,9 +43,6 @@ CODE_SNAPSHOT_MAX_FILES = 2000
 CODE_SNAPSHOT_MAX_TOTAL_BYTES = 16 << 20
 CODE_SNAPSHOT_MAX_ENTRIES = 50_000  # entries looked at (a virtualenv in code/ must not cost minutes)
 CODE_SNAPSHOT_MAX_DEPTH = 16
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# O_NONBLOCK: a file swapped for a FIFO after it was listed must not block the grader in open().
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class SubmissionRefused(Exception):
@@ -363,7 +360,7 @@ class _Streamer:
     def stream(self, src: int, size: int, out: int | None = None, name: str = "") -> tuple[int, str]:
         """Read src (a blocking descriptor, from its current offset) up to `size` bytes or its end
         (a file truncated meanwhile: what there was), writing every block to `out` when given;
-        returns (bytes read, their sha256). A read error raises Unreadable (named `name`); a write
+        returns (bytes read, their sha256). A read error raises nofollow.Unreadable (named `name`); a write
         error stays a plain OSError."""
         digest = hashlib.sha256()
         if size <= self.block:  # one block (config.json, tokenizer files): no threads
@@ -385,7 +382,7 @@ class _Streamer:
         try:
             return os.readv(src, [view])
         except OSError as exc:
-            raise Unreadable(exc.errno, exc.strerror, name) from None
+            raise nofollow.Unreadable(exc.errno, exc.strerror, name) from None
 
     def _pipelined(self, src: int, size: int, out: int | None, name: str, digest) -> tuple[int, str]:
         free: queue.SimpleQueue = queue.SimpleQueue()
@@ -498,7 +495,7 @@ def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: i
     root = Path(os.path.realpath(workspace))
     result: dict = {"fingerprint": None, "files": [], "skipped": [], "truncated": None}
     try:
-        top = open_directory_inside(root, Path(os.path.realpath(model_dir)))
+        top = nofollow.open_directory_inside(root, Path(os.path.realpath(model_dir)))
     except (OSError, ValueError) as exc:
         result["truncated"] = f"not a directory of the workspace ({exc.__class__.__name__})"
         return result
@@ -506,7 +503,7 @@ def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: i
     hashed: list[dict] = []
     total = 0
     try:
-        walk = _walk(top, CHECKPOINT_MAX_DEPTH, skip_unreadable=True)
+        walk = nofollow.walk(top, CHECKPOINT_MAX_DEPTH, skip_unreadable=True)
         try:
             for entry in walk:
                 if stat.S_ISDIR(entry.st.st_mode) or not is_checkpoint_file(entry.name):
@@ -521,7 +518,7 @@ def workspace_checkpoint_manifest(workspace: Path, model_dir: Path, max_bytes: i
                     result["files"].append({"name": str(entry.rel), "size": entry.st.st_size, "sha256": None})
                     continue
                 try:
-                    fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dir_fd)
+                    fd = os.open(entry.name, nofollow.FILE_FLAGS, dir_fd=entry.dir_fd)
                 except OSError:
                     result["skipped"].append(str(entry.rel))
                     continue
@@ -568,196 +565,18 @@ def _changed(model_dir: Path, what: str) -> SubmissionRefused:
 _CHANGED_ERRNOS = frozenset(
     {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.EINVAL, errno.ENXIO, errno.ENODEV, errno.ESTALE}
 )
-# What is the grader's own state, whichever path it names (its descriptors, its memory): its fault.
-_GRADER_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 
 
 def _agent_error(model_dir: Path, rel: str, exc: OSError) -> SubmissionRefused:
     """The refusal an OSError of the agent's own paths (listing, stat, open, resolving, reading
     them) calls for: checkpoint_changed for a race (_CHANGED_ERRNOS), unreadable_checkpoint for
-    anything else (permissions, an I/O error); the grader's own errors (_GRADER_ERRNOS) are
+    anything else (permissions, an I/O error); the grader's own errors (nofollow.GRADER_ERRNOS) are
     re-raised as they are, never blamed on the agent."""
-    if exc.errno in _GRADER_ERRNOS:
+    if exc.errno in nofollow.GRADER_ERRNOS:
         raise exc
     if exc.errno in _CHANGED_ERRNOS:
         return _changed(model_dir, safe_text(str(rel), SHOWN_PATH_CHARS) if rel not in ("", ".") else "the directory")
     return _unreadable(model_dir, rel, exc)
-
-
-def _inside(root: Path, path: str) -> bool:
-    return path == str(root) or path.startswith(str(root).rstrip("/") + "/")
-
-
-def open_directory_inside(root: Path, directory: Path) -> int:
-    """An O_NOFOLLOW descriptor of `directory`, a real path inside the real path `root`.
-
-    Opened one component at a time from root, each relative to its parent's descriptor with
-    O_NOFOLLOW: a component swapped for a symlink since the path was resolved fails (ELOOP or
-    ENOTDIR) instead of leading elsewhere. The open directory's path is then checked again through
-    /proc/self/fd (where there is one). Raises OSError (or ValueError if directory is not under root)."""
-    parts = directory.relative_to(root).parts
-    fd = os.open(root, _DIR_FLAGS)
-    try:
-        for part in parts:
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        try:
-            where = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            where = None  # no /proc: the component-wise O_NOFOLLOW walk is the guarantee
-        if where is not None and not _inside(root, where):
-            raise OSError(errno.EXDEV, f"the opened directory is outside {root}: {where}")
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-@dataclass
-class _Entry:
-    rel: PurePosixPath  # path relative to the walked directory
-    name: str
-    dir_fd: int  # the descriptor of its directory (valid while the walk is at this entry)
-    st: os.stat_result  # lstat: a link is a link
-
-
-def _walk(
-    dir_fd: int, max_depth: int, rel: PurePosixPath = PurePosixPath(), depth: int = 0, skip_unreadable: bool = False
-) -> Iterator[_Entry]:
-    """Every entry below an open directory, sorted, depth first, never following a link: real
-    subdirectories are opened with O_NOFOLLOW relative to their parent and descended into (up to
-    max_depth); entries that vanish while walked are skipped. A directory that cannot be read
-    raises Unreadable, or is skipped (skip_unreadable). Closing the generator closes every
-    descriptor it opened."""
-    try:
-        names = _listing(dir_fd)
-    except OSError as exc:  # ENOENT: the directory was removed since it was opened
-        if skip_unreadable:
-            return
-        raise _source_error(exc, str(rel)) from None
-    for name in names:
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            if skip_unreadable:
-                continue
-            raise _source_error(exc, str(rel / name)) from None
-        yield _Entry(rel / name, name, dir_fd, st)
-        if stat.S_ISDIR(st.st_mode) and depth < max_depth:
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-            except OSError as exc:
-                # Removed, or swapped for a file (ENOTDIR) or a link (ELOOP) since its lstat: skipped
-                # where that is allowed; else the checkpoint changed while copied (Unreadable,
-                # classified by _agent_error), never a directory followed elsewhere.
-                if skip_unreadable:
-                    continue
-                raise _source_error(exc, str(rel / name)) from None
-            try:
-                yield from _walk(child, max_depth, rel / name, depth + 1, skip_unreadable)
-            finally:
-                os.close(child)
-
-
-class NotRegularFile(OSError):
-    """What was opened as a checkpoint file is not a regular file (any more)."""
-
-
-class Unreadable(OSError):
-    """The agent's file or directory cannot be read (its permissions, most likely), or changed
-    while read (see _CHANGED_ERRNOS): its doing, not the grader's, unlike a failure to write the
-    copy (a full disk), which stays a plain OSError. take_snapshot turns it into a refusal
-    (_agent_error: checkpoint_changed or unreadable_checkpoint, by its errno)."""
-
-
-def _source_error(exc: OSError, name: str) -> OSError:
-    """An OSError of the agent's side (listing, stat, open, read) as Unreadable named `name`,
-    unless it is the grader's own (_GRADER_ERRNOS: out of descriptors or memory), left as it is."""
-    if exc.errno in _GRADER_ERRNOS:
-        return exc
-    return Unreadable(exc.errno, exc.strerror, name)
-
-
-def _listing(dir_fd: int) -> list[str]:
-    """The names in an open directory, sorted, each once: a directory changing while it is read
-    may list a renamed entry twice (POSIX leaves it unspecified), which must not be copied twice."""
-    return sorted(set(os.listdir(dir_fd)))
-
-
-def _open_regular_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) -> tuple[int, os.stat_result, int]:
-    """Open one file relative to dir_fd without following a link and create its copy `dest`
-    (exclusively, read-write): (source fd, its stat at open, copy fd), both the caller's to close.
-    Raises NotRegularFile for anything that is not a regular file (or, with `limit`, a bigger one),
-    Unreadable when it cannot be opened, FileNotFoundError when it vanished."""
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotRegularFile(errno.ELOOP, "a symbolic link", name) from None
-        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EISDIR):  # a socket, a device, a directory
-            raise NotRegularFile(exc.errno, "not a regular file", name) from None
-        raise _source_error(exc, name) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, "not a regular file", name)
-        if limit is not None and st.st_size > limit:
-            raise NotRegularFile(errno.EFBIG, "too large", name)
-        os.set_blocking(fd, True)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        out = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st, out
-
-
-def _copy_file_at(dir_fd: int, name: str, dest: Path, limit: int | None = None) -> int:
-    """Copy one regular file, opened relative to dir_fd without following a link, to dest (created
-    exclusively); returns its size. Copies exactly the size it had when opened (a file still
-    growing is cut there: a snapshot is of one moment). Raises NotRegularFile for anything that is
-    not a regular file, OSError when it cannot be read; `limit`: refuse (NotRegularFile) bigger ones."""
-    fd, st, out = _open_regular_at(dir_fd, name, dest, limit)
-    try:
-        left = st.st_size
-        while left > 0:
-            try:
-                block = os.read(fd, min(left, 8 << 20))
-            except OSError as exc:
-                raise Unreadable(exc.errno, exc.strerror, name) from None
-            if not block:
-                break  # truncated while copied: the copy holds what there was
-            left -= len(block)
-            view = memoryview(block)
-            while view:
-                view = view[os.write(out, view) :]
-        return st.st_size - left
-    finally:
-        os.close(out)
-        os.close(fd)
-
-
-def _top_level_names(dir_fd: int) -> list[str]:
-    """The names of the non-directory entries directly in a directory (links included, unfollowed)."""
-    try:
-        listed = _listing(dir_fd)
-    except OSError as exc:  # ENOENT: the directory was removed since it was opened
-        raise _source_error(exc, ".") from None
-    names = []
-    for name in listed:
-        try:
-            if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-                names.append(name)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise _source_error(exc, name) from None
-    return names
 
 
 # Linux's FICLONE ioctl (linux/fs.h: _IOW(0x94, 9, int)): make dest share src's extents (reflink).
@@ -788,7 +607,7 @@ def _kernel_copy(src: int, out: int, size: int, name: str, streamer: _Streamer) 
     """Copy `size` bytes (or what there is) of src into out with copy_file_range, in blocks,
     while a thread hashes each block as it reads it back from the copy: (bytes, sha256) of the
     copy, or None when the kernel will not copy between these two files (nothing copied yet).
-    A write failure (a full disk) stays a plain OSError; any other is Unreadable (the agent's file)."""
+    A write failure (a full disk) stays a plain OSError; any other is nofollow.Unreadable (the agent's file)."""
     blocks: queue.SimpleQueue = queue.SimpleQueue()
     digest = hashlib.sha256()
     failed: list[BaseException] = []
@@ -821,7 +640,7 @@ def _kernel_copy(src: int, out: int, size: int, name: str, streamer: _Streamer) 
                     return None
                 if exc.errno in _WRITE_ERRNOS:
                     raise
-                raise Unreadable(exc.errno, exc.strerror, name) from None
+                raise nofollow.Unreadable(exc.errno, exc.strerror, name) from None
             if n == 0:
                 break  # truncated while copied: what there was
             if not started:
@@ -863,9 +682,9 @@ class _Snapshotter:
     def open_at(self, dir_fd: int, name: str, dest: Path) -> tuple[int, int, int]:
         """Open one checkpoint file relative to dir_fd without following a link, and create its
         copy (exclusively): (source fd, its size at open, copy fd), both to be closed by copy().
-        Raises NotRegularFile for anything that is not a regular file, Unreadable when it cannot be
+        Raises nofollow.NotRegularFile for anything that is not a regular file, nofollow.Unreadable when it cannot be
         opened, FileNotFoundError when it vanished."""
-        fd, st, out = _open_regular_at(dir_fd, name, dest)
+        fd, st, out = nofollow.open_regular_at(dir_fd, name, dest)
         return fd, st.st_size, out
 
     def copy(self, fd: int, size: int, out: int, name: str) -> tuple[int, str]:
@@ -900,8 +719,8 @@ class _Snapshotter:
         """Snapshot one regular file, opened relative to dir_fd without following a link, to dest
         (created exclusively); returns the copy's (size, sha256), both of the copy itself. The copy
         holds exactly the size the file had when opened (a file still growing is cut there: a
-        snapshot is of one moment; one truncated meanwhile: what there was). Raises NotRegularFile
-        for anything that is not a regular file, Unreadable when it cannot be read, OSError when
+        snapshot is of one moment; one truncated meanwhile: what there was). Raises nofollow.NotRegularFile
+        for anything that is not a regular file, nofollow.Unreadable when it cannot be read, OSError when
         the copy cannot be written.
 
         Where the file system can, dest is a copy-on-write clone of the opened file (FICLONE on the
@@ -950,9 +769,9 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
     if dest.exists():
         shutil.rmtree(dest)
     try:
-        top = open_directory_inside(root, model_dir)
+        top = nofollow.open_directory_inside(root, model_dir)
     except OSError as exc:
-        if exc.errno in _GRADER_ERRNOS:
+        if exc.errno in nofollow.GRADER_ERRNOS:
             raise
         if exc.errno in (errno.EACCES, errno.EPERM):
             raise _unreadable(model_dir, ".", exc) from None
@@ -966,19 +785,19 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
     pool = ThreadPoolExecutor(max_workers=SNAPSHOT_THREADS, thread_name_prefix="snapshot")
     try:
         try:
-            names = _top_level_names(top)
-        except Unreadable as exc:
+            names = nofollow.top_level_names(top)
+        except nofollow.Unreadable as exc:
             raise _agent_error(model_dir, exc.filename, exc) from None
         inspect_names(names)
         dest.mkdir(parents=True)
-        walk = _walk(top, CHECKPOINT_MAX_DEPTH)
+        walk = nofollow.walk(top, CHECKPOINT_MAX_DEPTH)
         try:
             for entry in walk:
                 if stat.S_ISDIR(entry.st.st_mode) or not is_checkpoint_file(entry.name):
                     continue
                 try:
                     fd, size, out = snapshotter.open_at(entry.dir_fd, entry.name, dest / entry.rel)
-                except NotRegularFile:
+                except nofollow.NotRegularFile:
                     raise _not_regular(model_dir, entry.rel) from None
                 except FileNotFoundError:
                     raise _changed(model_dir, safe_text(str(entry.rel), SHOWN_PATH_CHARS)) from None
@@ -986,7 +805,7 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
             for rel, future in pending:
                 size, sha256 = future.result()
                 files.append(_file_entry(rel, size, sha256))
-        except Unreadable as exc:  # the agent's side: a race (checkpoint_changed) or its permissions
+        except nofollow.Unreadable as exc:  # the agent's side: a race (checkpoint_changed) or its permissions
             raise _agent_error(model_dir, exc.filename, exc) from None
         finally:
             walk.close()
@@ -1035,12 +854,12 @@ def snapshot_code(workspace: Path, dest: Path) -> dict:
     summary = {"files": 0, "bytes": 0, "skipped": 0, "truncated": False}
     root = Path(os.path.realpath(workspace))
     try:
-        code = open_directory_inside(root, root / "code")
+        code = nofollow.open_directory_inside(root, root / "code")
     except OSError as exc:
         summary["not_copied"] = f"code/ is not a directory of the workspace ({errno.errorcode.get(exc.errno, exc)})"
         return summary
     try:
-        walk = _walk(code, CODE_SNAPSHOT_MAX_DEPTH, skip_unreadable=True)
+        walk = nofollow.walk(code, CODE_SNAPSHOT_MAX_DEPTH, skip_unreadable=True)
         try:
             for seen, entry in enumerate(walk, 1):
                 if seen > CODE_SNAPSHOT_MAX_ENTRIES or summary["files"] >= CODE_SNAPSHOT_MAX_FILES:
@@ -1056,7 +875,7 @@ def snapshot_code(workspace: Path, dest: Path) -> dict:
                     continue
                 try:
                     limit = min(CODE_SNAPSHOT_MAX_FILE_BYTES, room)  # it may have grown since listed
-                    summary["bytes"] += _copy_file_at(entry.dir_fd, entry.name, dest / entry.rel, limit=limit)
+                    summary["bytes"] += nofollow.copy_file_at(entry.dir_fd, entry.name, dest / entry.rel, limit=limit)
                     summary["files"] += 1
                 except OSError:  # swapped, vanished, grown: an audit copy skips it
                     summary["skipped"] += 1

@@ -49,7 +49,7 @@ class GradingServer:
         """Finish in-flight submissions (for at most drain_timeout_s, when set), then shut down.
 
         An evaluation still running after that is abandoned: its request gets no answer and no
-        ledger line, and its child process dies with this one (rlbench.lifeline)."""
+        ledger line, and its child process dies with this one (rlbench.proc.lifeline)."""
         drained = self.grader.drain(self.drain_timeout_s)
         self.server.should_exit = True
         self.grader.close()  # the evaluation workers; one still evaluating is killed

@@ -3,6 +3,8 @@
 A task's folder `rlbench/tasks/<module>/` holds its Task subclass (`__init__.py`, exported as
 TASK_CLASS), the public module every workspace gets as task.py, and any data it ships; its registry
 entry `config/tasks/<name>.yaml` names the folder in `module:`. See rlbench.tasks.base.
+
+Builds on: paths, fileio, generation, scoring.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from rlbench.paths import LIBRARY_DIR
+
 TRAIN_FILE = "train.jsonl"
 EVAL_FILE = "eval.jsonl"
 SALT_BYTES = 32  # 256 bits: the held-out split of an offline source is drawn with this, never guessed
@@ -199,7 +201,7 @@ class EvalContext:
 
     def rows(self, name: str = EVAL_FILE) -> list[dict]:
         """The held-out split's rows (eval.jsonl unless another file of the split is named)."""
-        from rlbench.jsonio import read_jsonl
+        from rlbench.fileio.jsonio import read_jsonl
 
         return list(read_jsonl(Path(self.eval_dir) / name))
 
@@ -209,7 +211,7 @@ class EvalContext:
             self.phase("generating")
             self._generator = self.backend
         if self._generator is None:
-            from rlbench.generation import load_backend
+            from rlbench.generation.backends import load_backend
 
             self.phase("loading")
             self._generator = load_backend(
@@ -223,12 +225,12 @@ class EvalContext:
 
     def text_generator(self):
         """The submitted model as a text-completion generator that keeps each episode's prompt
-        cached between calls (rlbench.rollouts; L3 environment loops), loaded once."""
+        cached between calls (rlbench.generation.textgen; L3 environment loops), loaded once."""
         if self._text_generator is None and self.backend is not None:
             self.phase("generating")
             self._text_generator = self.backend
         if self._text_generator is None:
-            from rlbench.rollouts import load_text_generator
+            from rlbench.generation.textgen import load_text_generator
 
             self.phase("loading")
             self._text_generator = load_text_generator(
@@ -249,7 +251,7 @@ class EvalContext:
             judge_settings = self.settings.get("judge")
             if not judge_settings:
                 raise ValueError(f"task {self.settings.get('name')!r} has no judge: block in its registry entry")
-            from rlbench.judges import load_judge
+            from rlbench.scoring.judges import load_judge
 
             self._judge = load_judge(
                 judge_settings,
@@ -390,7 +392,7 @@ def part_code_files(part: object) -> set[Path]:
     """The source files of one part: the module of its class (and of its base classes inside the
     library), plus whatever it names in a `code_files()` method (a judge, an execution sandbox)."""
     files: set[Path] = set()
-    library = Path(__file__).resolve().parents[1]
+    library = LIBRARY_DIR
     for cls in type(part).__mro__:
         module = sys.modules.get(cls.__module__)
         path = getattr(module, "__file__", None)

@@ -3,17 +3,19 @@
 A rollout has `run(rows, ctx) -> samples` (one sample per row, in order); a scorer has
 `score(rows, samples, ctx) -> EvalResult`. Level 1 and 2 tasks roll out with SingleTurn (one
 greedy chat completion per row, batched); level 3 tasks bring an environment loop. Scorers:
-RuleScorer (a deterministic verifier from the task's public module) here; unit-test execution
-(rlbench.execution) and LLM judges (rlbench.judges) live beside the machinery they need.
+RuleScorer (a deterministic verifier from the task's public module) and ExecutionScorer (unit tests run
+by rlbench.scoring.execution) here; LLM judges (rlbench.scoring.judges) are built by the task from its
+judge settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from rlbench.scoring import execution
 from rlbench.tasks.base import EvalContext, EvalResult, score_exact_match
 
 
@@ -69,7 +71,7 @@ def built_split(sources: dict | None, name: str, task: str) -> Path:
 
 
 class PhasedGenerator:
-    """A text generator (rlbench.rollouts) as an episode loop uses it during an evaluation: its
+    """A text generator (rlbench.generation.textgen) as an episode loop uses it during an evaluation: its
     calls run in phase "generating" (the submitted model's part), and everything between them in
     "environment" (the harness's part: games, shops, search tools), so that a failure is blamed
     on the right side."""
@@ -92,3 +94,43 @@ class PhasedGenerator:
         release = getattr(self.generator, "release", None)
         if release is not None:
             release(key)
+
+
+@dataclass
+class ExecutionScorer:
+    """pass@1 (0-100) of one greedy completion per row: the row's program (the public module's
+    `program(completion, row)`: the code the completion commits to, with the row's unit tests) run in the
+    execution sandbox; solved when it passes. Primary metric: pass@1."""
+
+    public: ModuleType
+    settings: Mapping = field(default_factory=dict)  # the task's `execution:` block
+    id_field: str = "task_id"
+
+    def score(self, rows: list[dict], samples: list[str], ctx: EvalContext | None = None) -> EvalResult:
+        pairs = list(zip(rows, samples, strict=True))  # a short backend must not shrink n
+        runner = execution.ProgramRunner.from_settings(self.settings)
+        results = runner.run_many([self.public.program(completion, row) for row, completion in pairs])
+        items = [
+            {
+                "id": row[self.id_field],
+                "passed": result.passed,
+                "result": result.result,
+                "duration_s": result.duration_s,
+                "completion": completion,
+            }
+            for (row, completion), result in zip(pairs, results)
+        ]
+        passed = sum(result.passed for result in results)
+        timed_out = sum(result.result == "timed out" for result in results)
+        metrics = {
+            "pass@1": round(100.0 * passed / len(items), 4) if items else 0.0,
+            "passed": passed,
+            "failed": len(items) - passed - timed_out,
+            "timed_out": timed_out,
+            "sandbox": runner.sandbox,
+        }
+        return EvalResult(metrics=metrics, primary="pass@1", n=len(items), items=items)
+
+    def code_files(self) -> list[str]:
+        files = [execution.__file__, str(execution.DRIVER)]
+        return files + ([self.public.__file__] if getattr(self.public, "__file__", None) else [])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
+from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import (
     EVAL_FILE,
     TRAIN_FILE,

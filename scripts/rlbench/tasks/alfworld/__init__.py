@@ -25,7 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
-from rlbench.jsonio import write_jsonl
+from rlbench.fileio.jsonio import write_jsonl
 from rlbench.tasks.alfworld import public
 from rlbench.tasks.alfworld.rollout import ReActRollout, SuccessScorer
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed

@@ -16,7 +16,7 @@ import multiprocessing
 import shutil
 from pathlib import Path
 
-from rlbench.jsonio import write_json
+from rlbench.fileio.jsonio import write_json
 from rlbench.tasks.alfworld import public
 
 SPLIT_FOLDERS = {"train": "json_2.1.1/train", "heldout": "json_2.1.1/valid_unseen"}

@@ -1,7 +1,7 @@
 """ALFWorld episodes: the ReAct loop of the protocol, played in lockstep or one episode at a time.
 
 `play_episodes` advances every live episode together: one generation call per step for all of
-them (a TextGenerator from rlbench.rollouts, which keeps each episode's prompt cached between
+them (a TextGenerator from rlbench.generation.textgen, which keeps each episode's prompt cached between
 steps), then one step of every game in the environment pool. At most `max_live` episodes are live
 at once; when one ends the next game starts (continuous batching), so memory stays bounded.
 
@@ -120,7 +120,7 @@ def _environment(settings: dict) -> dict:
 
 class ReActRollout:
     """The evaluation's rollout: every held-out game played with the submitted model, in lockstep
-    (rlbench.rollouts' cached batched generation), the games stepping in a pool of processes."""
+    (rlbench.generation.textgen' cached batched generation), the games stepping in a pool of processes."""
 
     def __init__(self, settings: dict):
         self.settings = settings
@@ -150,9 +150,9 @@ class ReActRollout:
         return {"episodes": episodes, "timings": timings, "generator": getattr(generator, "stats", None)}
 
     def code_files(self) -> list[Path]:
-        import rlbench.rollouts
+        import rlbench.generation.textgen
 
-        return [Path(public.__file__), Path(rlbench.rollouts.__file__)]
+        return [Path(public.__file__), Path(rlbench.generation.textgen.__file__)]
 
 
 class SuccessScorer:

@@ -8,7 +8,7 @@
   metric alpaca_eval's `length_controlled_minimal` GLM (no instruction difficulties offline).
 
 Rollout: one user turn through the model's chat template, greedy, at most 512 new tokens, answer
-stripped (RD-Agent's protocol). Scorer: the task's judge (rlbench.judges, from the `judge:` block)
+stripped (RD-Agent's protocol). Scorer: the task's judge (rlbench.scoring.judges, from the `judge:` block)
 compares each answer with the reference in both orders; alpaca_eval's own code turns the
 preferences into win rates (winrate.py). Failed judge calls drop their instruction and are counted.
 """
@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
+from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.alpaca_eval.winrate import LC_HUB, LC_OFFLINE, compute_metrics, ensure_df_gamed, primary_metric
 from rlbench.tasks.base import (
     EVAL_FILE,
@@ -152,7 +152,7 @@ class WinRateScorer:
     lc_method: str
 
     def score(self, rows: list[dict], samples: list[str], ctx: EvalContext) -> EvalResult:
-        from rlbench.judges import Pair, failure_summary
+        from rlbench.scoring.judges import Pair, failure_summary
 
         outputs = [(sample or "").strip() for sample in samples]
         if len(outputs) != len(rows):
@@ -201,7 +201,7 @@ class WinRateScorer:
         return EvalResult(metrics=metrics, primary=primary_metric(metrics), n=len(rows), items=items)
 
     def code_files(self) -> list[Path]:
-        from rlbench import judges
+        from rlbench.scoring import judges
 
         return judges.code_files()
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from rlbench.judges.compat import alpaca_eval_module
+from rlbench.scoring.judges.compat import alpaca_eval_module
 
 LC_HUB = "length_controlled_v1"
 LC_OFFLINE = "length_controlled_minimal"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rlbench.jsonio import read_jsonl, sha256_file, write_json, write_jsonl
+from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_json, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
 from rlbench.tasks.deepsearchqa import public
 from rlbench.tasks.deepsearchqa.grading import AnswerScorer

@@ -244,7 +244,7 @@ class AnswerScorer:
     def _ask(self, judge, rows: list[dict], predictions: list[str], replicate: int):
         """Both gradings from the judge, each question's failed call (or unreadable official
         reply) decided by the match rules instead."""
-        from rlbench.judges import answer_failure_summary
+        from rlbench.scoring.judges import answer_failure_summary
 
         tokens = self._judge_tokens()
         verdict_answers = judge.ask(
@@ -279,6 +279,6 @@ class AnswerScorer:
         return verdicts, officials, failures
 
     def code_files(self) -> list[Path]:
-        from rlbench import judges
+        from rlbench.scoring import judges
 
         return [Path(public.__file__), *judges.code_files()]

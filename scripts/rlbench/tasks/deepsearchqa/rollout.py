@@ -3,7 +3,7 @@
 `play_questions` keeps up to `max_live` episodes live (continuous batching: when one ends the next
 question starts). Each round, the live episodes are grouped by what they ask for (a normal step:
 256 tokens and the ReAct stops; a forced answer: 128 tokens and "]"), and each group is one
-generator.generate call (a TextGenerator from rlbench.rollouts keeps every episode's prompt cached
+generator.generate call (a TextGenerator from rlbench.generation.textgen keeps every episode's prompt cached
 between calls). Then every episode takes its step, calling the search tool.
 
 Search tools: offline, public.SearchTool over the held-out split's kb.jsonl (the same knowledge
@@ -180,6 +180,6 @@ class SearchRollout:
         return {"episodes": episodes, "generator": getattr(generator, "stats", None)}
 
     def code_files(self) -> list[Path]:
-        import rlbench.rollouts
+        import rlbench.generation.textgen
 
-        return [Path(public.__file__), Path(rlbench.rollouts.__file__)]
+        return [Path(public.__file__), Path(rlbench.generation.textgen.__file__)]

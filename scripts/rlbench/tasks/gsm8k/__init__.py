@@ -6,7 +6,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
+from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import (
     EVAL_FILE,
     TRAIN_FILE,

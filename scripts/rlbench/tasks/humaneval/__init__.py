@@ -10,7 +10,7 @@ The protocol is the one the reference evaluates with, OpenCompass's `humaneval_g
 from the pinned wheel: its prompt template, post-processor and evaluator; the evaluator's time
 limit is read from the wheel's HumanEvalEvaluator source. The config sets no output length, so the
 reference model config's applies (RD-Agent components/benchmark/configs/models.yaml: max_out_len
-8192, greedy), and no stop strings. Programs run in rlbench.execution's sandbox.
+8192, greedy), and no stop strings. Programs run in rlbench.scoring.execution's sandbox.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from rlbench.execution import ExecutionScorer
-from rlbench.jsonio import read_jsonl, sha256_file, write_jsonl
+from rlbench.tasks.parts import ExecutionScorer
+from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task
 from rlbench.tasks.opencompass_config import ProtocolUnavailable, config_file, read_dataset_config
 from rlbench.tasks.parts import SingleTurn

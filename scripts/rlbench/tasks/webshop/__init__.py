@@ -23,7 +23,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rlbench.jsonio import read_jsonl, write_json, write_jsonl
+from rlbench.fileio.jsonio import read_jsonl, write_json, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
 from rlbench.tasks.parts import built_split
 from rlbench.tasks.webshop import public

@@ -155,9 +155,9 @@ class WebShopRollout:
         return {"episodes": episodes, "timings": timings, "generator": getattr(generator, "stats", None)}
 
     def code_files(self) -> list[Path]:
-        import rlbench.rollouts
+        import rlbench.generation.textgen
 
-        return [Path(public.__file__), Path(rlbench.rollouts.__file__)]
+        return [Path(public.__file__), Path(rlbench.generation.textgen.__file__)]
 
 
 def _rate(count: int, n: int) -> float:

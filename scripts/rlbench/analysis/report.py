@@ -1,0 +1,90 @@
+"""Tables regenerated from recorded runs."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from rlbench.analysis.tables import noise_band, number, seed_order, within_noise
+from rlbench.fileio.jsonio import read_json
+
+# scaffold: the coding-agent tool (claude-code, codex, ...) or "reference" for the scripted reference agents;
+# driver: the driver LLM's model name (blank for reference agents).
+# mode: the agent's operating mode (free, sft-only, rl-only); mode_violation: "yes" when the
+# recorded code broke it (summary.json mode_audit), blank for runs summarized before the audit.
+# metric: the primary metric baseline, best and delta are in; grader_noise: the task's grader-noise band
+# (± points, half the range of K baseline evaluations; 0 for a deterministic grader, blank when unknown);
+# within_noise: "yes" when |delta| <= grader_noise (rlbench.analysis.tables.within_noise), blank when either is unknown.
+LEADERBOARD_COLUMNS = (
+    "task",
+    "level",
+    "metric",
+    "model",
+    "agent",
+    "scaffold",
+    "driver",
+    "mode",
+    "seed",
+    "baseline",
+    "best",
+    "delta",
+    "grader_noise",
+    "within_noise",
+    "submissions",
+    "status",
+    "mode_violation",
+)
+
+
+def _number(value: float | None, decimals: int) -> float | str:
+    return "" if value is None else round(value, decimals)
+
+
+def _violation(summary: dict) -> str:
+    audit = summary.get("mode_audit")
+    return "" if not isinstance(audit, dict) else "yes" if audit.get("violation") else "no"
+
+
+def _noise_flag(summary: dict) -> str:
+    flag = within_noise(number(summary.get("delta")), noise_band(summary))
+    return "" if flag is None else "yes" if flag else "no"
+
+
+def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
+    labels = summary["labels"]
+    return {
+        "task": labels["task"],
+        "level": summary["level"],
+        "metric": summary.get("primary_metric") or "",
+        "model": labels["model"],
+        "agent": labels["agent"],
+        "scaffold": summary.get("scaffold") or "reference",
+        "driver": summary.get("driver") or "",
+        "mode": summary.get("mode") or "",
+        "seed": labels["seed"],
+        "baseline": _number(number(summary.get("baseline")), decimals),
+        "best": _number(number(summary.get("best")), decimals),
+        "delta": _number(number(summary.get("delta")), decimals),
+        "grader_noise": _number(noise_band(summary), decimals),
+        "within_noise": _noise_flag(summary),
+        "submissions": summary["submissions"],
+        "status": summary["status"],
+        "mode_violation": _violation(summary),
+    }
+
+
+def write_leaderboard(summary_paths: list[Path], out: Path, decimals: int = 2) -> int:
+    """leaderboard.csv from per-run summary.json files; returns the number of rows."""
+    return write_leaderboard_rows([read_json(p) for p in summary_paths], out, decimals)
+
+
+def write_leaderboard_rows(summaries: list[dict], out: Path, decimals: int = 2) -> int:
+    """leaderboard.csv from per-run summaries already read; returns the number of rows."""
+    rows = [leaderboard_row(summary, decimals) for summary in summaries]
+    rows.sort(key=lambda r: (r["task"], r["model"], r["agent"], r["mode"], seed_order(r["seed"])))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=LEADERBOARD_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return len(rows)

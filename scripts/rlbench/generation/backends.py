@@ -1,0 +1,157 @@
+"""Generation backends: one interface, batched, for transformers (CPU/GPU) and vLLM (GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+BACKENDS = ("auto", "hf", "vllm")
+# The share of the GPU's memory vLLM may take (its own default is 0.9): the grader evaluates on the
+# agent's GPU while the agent trains there (config: evaluation.gpu_memory_utilization).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.45
+
+
+class GenerationBackend(ABC):
+    """Greedy chat completion for many conversations at once."""
+
+    name: str
+
+    @abstractmethod
+    def generate_chat(
+        self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
+        """One completion per conversation, in the order given, each cut before the first of the
+        `stop` strings it contains (the stop string itself is not returned)."""
+
+
+def cut_at_stop(text: str, stop: list[str] | None) -> str:
+    """text up to the earliest occurrence of any stop string (OpenAI/vLLM semantics: excluded)."""
+    if not stop:
+        return text
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+def render_prompt(tokenizer, conversation: list[dict]) -> str:
+    # Base models without a chat template still get a usable plain-text prompt.
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    turns = [f"{m['role'].capitalize()}: {m['content']}" for m in conversation]
+    return "\n\n".join(turns) + "\n\nAssistant:"
+
+
+def eos_ids(*sources) -> list[int]:
+    """Every end-of-sequence id the tokenizer and generation config name (each may be a list)."""
+    ids = set()
+    for source in sources:
+        if source is not None:
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+    return sorted(ids)
+
+
+class HFBackend(GenerationBackend):
+    """transformers generate() with left padding, longest-first batches."""
+
+    name = "hf"
+
+    def __init__(self, model_dir: Path, batch_size: int = 32, device: str | None = None):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, trust_remote_code=False, use_safetensors=True, dtype=dtype
+        ).to(self.device)
+        self.model.eval()
+        self.batch_size = batch_size
+
+    def generate_chat(
+        self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
+        prompts = [render_prompt(self.tokenizer, c) for c in conversations]
+        encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        # Longest first: similar lengths share a batch, so little compute goes to padding.
+        order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
+        outputs: list[str] = [""] * len(prompts)
+        flat_eos = eos_ids(self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            inputs = self.tokenizer.pad(
+                {"input_ids": [encoded[i] for i in batch]}, padding=True, return_tensors="pt"
+            ).to(self.device)
+            with self.torch.inference_mode():
+                generated = self.model.generate(
+                    **inputs,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    eos_token_id=flat_eos or None,
+                    # A row stops early at a stop string; the text is cut exactly by cut_at_stop below.
+                    **({"stop_strings": list(stop), "tokenizer": self.tokenizer} if stop else {}),
+                )
+            new_tokens = generated[:, inputs["input_ids"].shape[1] :]
+            for row, index in enumerate(batch):
+                text = self.tokenizer.decode(new_tokens[row], skip_special_tokens=True)
+                outputs[index] = cut_at_stop(text, stop)
+        return outputs
+
+
+class VLLMBackend(GenerationBackend):
+    """vLLM offline inference (GPU only; install the `gpu` extra)."""
+
+    name = "vllm"
+
+    def __init__(self, model_dir: Path, batch_size: int = 256, gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION):
+        if importlib.util.find_spec("vllm") is None:
+            raise RuntimeError(
+                "the vllm generation backend needs the gpu extra: pip install -e '.[gpu]' "
+                "(or set evaluation.backend: hf)"
+            )
+        from vllm import LLM, SamplingParams
+
+        self.llm = LLM(
+            model=str(model_dir), trust_remote_code=False, seed=0, gpu_memory_utilization=gpu_memory_utilization
+        )
+        self.sampling = SamplingParams
+        self.batch_size = batch_size
+
+    def generate_chat(
+        self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
+        params = self.sampling(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) if stop else None)
+        results = self.llm.chat(conversations, params, use_tqdm=False)
+        return [cut_at_stop(r.outputs[0].text, stop) for r in results]
+
+
+def resolve_backend_name(name: str) -> str:
+    """'auto' picks vllm when CUDA and vllm are both present, else hf."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown generation backend {name!r}; allowed: {', '.join(BACKENDS)}")
+    if name != "auto":
+        return name
+    if importlib.util.find_spec("vllm") is None:
+        return "hf"
+    import torch
+
+    return "vllm" if torch.cuda.is_available() else "hf"
+
+
+def load_backend(
+    name: str, model_dir: Path, batch_size: int = 32, gpu_memory_utilization: float | None = None
+) -> GenerationBackend:
+    resolved = resolve_backend_name(name)
+    if resolved == "vllm":
+        return VLLMBackend(
+            model_dir, batch_size=batch_size, gpu_memory_utilization=gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+        )
+    return HFBackend(model_dir, batch_size=batch_size)
