@@ -59,7 +59,7 @@ def workspace(tmp_path, tiny_model, gsm8k_data) -> Path:
 def evaluation_workers(tmp_path_factory):
     """One warm evaluation worker shared by the graders of the tests that are not about the workers:
     a pool per grader would pay a fresh torch import in each of them."""
-    pool = WorkerPool(tmp_path_factory.mktemp("workers"))
+    pool = WorkerPool.from_settings(tmp_path_factory.mktemp("workers"), {})
     yield pool
     pool.close()
 

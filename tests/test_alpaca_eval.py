@@ -116,7 +116,7 @@ def test_registry_entry_and_description():
 
     jsonschema.validate(REGISTRY, load_schema("task"))
     task = get_task(REGISTRY)
-    assert isinstance(task, AlpacaEval) and task.level == "L2" and task.noise_repeats(REGISTRY) == 3
+    assert isinstance(task, AlpacaEval) and task.noise_repeats(REGISTRY) == 3
     text = task.describe(SETTINGS)
     assert "NOT the grader's reward" in text and "length_controlled_minimal" in text and "3 times" in text
 

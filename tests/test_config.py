@@ -7,7 +7,15 @@ import copy
 import pytest
 import yaml
 
-from rlbench.config import CONFIG_DIR, ConfigError, Registries, sweep_runs, task_settings, validate_config
+from rlbench.config import (
+    CONFIG_DIR,
+    ConfigError,
+    Registries,
+    evaluation_settings,
+    sweep_runs,
+    task_settings,
+    validate_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +135,17 @@ def test_report_budget_cuts_and_pass_at_k_are_checked(registries, default_config
             validate_config(config, registries)
 
 
-def test_evaluation_worker_settings_are_checked_and_get_no_default(registries, default_config):
+def test_evaluation_worker_settings_are_checked_and_kept_out_of_the_evaluations_params(registries, default_config):
     validated = validate_config(default_config, registries)
-    # No defaults written in: a key left out never changes the rules' params of recorded results.
-    assert not {"worker", "worker_idle_s", "gpu_memory_utilization"} & set(validated["evaluation"])
+    # The worker settings get the schema's defaults; gpu_memory_utilization, a scoring setting, gets none, so
+    # a key left out never changes the params of recorded baselines and final evaluations.
+    assert validated["evaluation"]["worker"] == "warm" and validated["evaluation"]["worker_idle_s"] == 300
+    assert "gpu_memory_utilization" not in validated["evaluation"]
+    # What an evaluation reads outside the workflow: the same defaults, from the schema alone.
+    filled = evaluation_settings({"batch_size": 4})
+    assert filled["batch_size"] == 4 and set(filled) == {"backend", "batch_size", "eval_timeout_s", "worker", "worker_idle_s"}
+    with pytest.raises(ConfigError, match="'worker' is 'hot'; allowed values: warm, fresh"):
+        evaluation_settings({"worker": "hot"})
     default_config["evaluation"].update(worker="fresh", worker_idle_s=0, gpu_memory_utilization=0.3)
     assert validate_config(default_config, registries)["evaluation"]["worker"] == "fresh"
     for key, value, message in (

@@ -40,6 +40,7 @@ def settings(**overrides) -> dict:
         "grader_noise_repeats": 3,
         "environment": {"max_steps": 6},
         "judge": {"backend": "match", "model": "string-match"},
+        "search": {"provider": "duckduckgo", "api_key_var": "SERPAPI_KEY", "max_results": 3, "timeout_s": 10},
     }
     return {**base, **overrides}
 
@@ -482,9 +483,9 @@ def test_web_search_reads_serpapi_and_duckduckgo_answers_as_the_reference(monkey
     assert all(e["answer"] == "x" and e["searches"] == 1 for e in played.values())
     monkeypatch.delenv("SERPAPI_KEY", raising=False)
     with pytest.raises(ValueError, match="SERPAPI_KEY"):
-        search_tool(settings(source="hub", search={"provider": "serpapi", "api_key_var": "SERPAPI_KEY"}), Path("."))
+        search_tool(settings(source="hub", search={**settings()["search"], "provider": "serpapi"}), Path("."))
     with pytest.raises(ValueError, match="serpapi or duckduckgo"):
-        search_tool(settings(source="hub", search={"provider": "offline"}), Path("."))
+        search_tool(settings(source="hub", search={**settings()["search"], "provider": "offline"}), Path("."))
     assert search_tool(settings(source="hub"), Path("."))[1] == public.WEB_TOOLS
 
 

@@ -48,7 +48,7 @@ class LengthScorer:
 
 
 class WordsTask(Task):
-    name, level = "words", "L1"
+    name = "words"
     public_module_path = REPO / "scripts/rlbench/tasks/addition_control/public.py"
 
     def prepare_train(self, settings, train_dir):
@@ -97,6 +97,33 @@ def test_evaluate_runs_the_rollout_then_the_scorer_with_phases(tmp_path):
 def test_eval_result_refuses_a_primary_metric_that_is_not_a_score(metrics, primary, message):
     with pytest.raises(ValueError, match=message):
         EvalResult(metrics=metrics, primary=primary, n=1)
+
+
+def test_the_registry_metric_must_be_the_scorers_primary_metric():
+    result = EvalResult(metrics={"accuracy": 50.0, "correct": 1}, primary="accuracy", n=2)
+    result.check_metric({"name": "words", "metric": "accuracy"})
+    with pytest.raises(ValueError, match=r"registry entry says metric: 'pass@1', but its scorer's primary metric is "
+                       r"'accuracy'.*set `metric: accuracy` in config/tasks/words.yaml"):
+        result.check_metric({"name": "words", "metric": "pass@1"})
+    # A documented fallback (AlpacaEval: the win rate where no length-controlled GLM fits) stands for the metric.
+    fallback = EvalResult(metrics={"win_rate": 40.0}, primary="win_rate", n=2, stands_for="length_controlled_winrate")
+    fallback.check_metric({"name": "alpaca-eval", "metric": "length_controlled_winrate"})
+
+
+def test_evaluate_model_refuses_a_registry_metric_its_scorer_does_not_report(tmp_path, monkeypatch):
+    """The check runs at every evaluation (grader, baseline, final): a mismatch is a clear error, not a Δ
+    silently computed on another metric than the registry names."""
+    import rlbench.generation.backends
+    import rlbench.tasks
+    from rlbench.evaluation.evaluate import evaluate_model
+
+    task = WordsTask()
+    task.prepare({"name": "words"}, tmp_path, tmp_path)
+    monkeypatch.setattr(rlbench.tasks, "get_task", lambda settings: task)
+    monkeypatch.setattr(rlbench.generation.backends, "load_backend", lambda *args, **kwargs: Echo())
+    assert evaluate_model({"name": "words", "metric": "long_rate"}, tmp_path, tmp_path, {})["score"] == 66.6667
+    with pytest.raises(ValueError, match="registry entry says metric: 'accuracy', but its scorer's primary metric is 'long_rate'"):
+        evaluate_model({"name": "words", "metric": "accuracy"}, tmp_path, tmp_path, {})
 
 
 def test_public_metrics_keep_numbers_and_labels_never_text():

@@ -20,6 +20,7 @@ import psutil
 import pytest
 import requests
 
+from rlbench.config import ConfigError
 from rlbench.evaluation.child import run_in_child
 from rlbench.fileio.jsonio import read_json
 from rlbench.evaluation.workers import WorkerPool
@@ -118,7 +119,7 @@ def test_a_submission_right_after_an_idle_worker_is_killed_is_scored(workspace, 
 def test_a_job_handed_to_a_worker_that_dies_before_accepting_it_goes_to_a_new_worker(tmp_path, tiny_model, gsm8k_data):
     """The race itself, made certain: the slot is kept from noticing the death, so the job is
     written to the dead worker; that never accepted it, so a fresh worker evaluates it."""
-    pool = WorkerPool(tmp_path / "workers")
+    pool = WorkerPool.from_settings(tmp_path / "workers", {})
     try:
         pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1")
         slot = pool._slots[None]
@@ -141,7 +142,7 @@ def test_a_job_that_kills_every_worker_before_it_is_accepted_fails_once(tmp_path
     """Only one transparent retry per job: a request that kills workers is still contained."""
     import rlbench.evaluation.workers as workers
 
-    pool = WorkerPool(tmp_path / "workers")
+    pool = WorkerPool.from_settings(tmp_path / "workers", {})
     try:
         pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1")
         real_hand = workers._Slot._hand
@@ -198,8 +199,8 @@ def test_fresh_mode_starts_a_process_per_evaluation(workspace, start_grader, tin
 
 
 def test_unknown_worker_mode_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="warm, fresh"):
-        WorkerPool(tmp_path, mode="hot")
+    with pytest.raises(ConfigError, match="'worker' is 'hot'; allowed values: warm, fresh"):
+        WorkerPool.from_settings(tmp_path, {"worker": "hot"})
 
 
 POOL_PARENT = """
@@ -209,7 +210,7 @@ sys.path.insert(0, sys.argv[1])
 from rlbench.evaluation.workers import WorkerPool
 import json
 settings, model, eval_dir, work = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
-pool = WorkerPool(Path(work) / "workers")
+pool = WorkerPool.from_settings(Path(work) / "workers", {})
 pool.evaluate(json.loads(settings), Path(model), Path(eval_dir), {"backend": "hf", "batch_size": 8}, Path(work))
 """
 
@@ -268,7 +269,7 @@ def test_a_worker_that_cannot_be_started_fails_one_evaluation_and_the_pool_lives
         return real(*args, **kwargs)
 
     monkeypatch.setattr(workers.subprocess, "Popen", popen)
-    pool = WorkerPool(tmp_path / "workers")
+    pool = WorkerPool.from_settings(tmp_path / "workers", {})
     try:
         with pytest.raises(OSError, match="temporarily unavailable"):
             pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1")
@@ -285,7 +286,7 @@ def test_a_worker_idle_on_a_gpu_is_replaced_once_and_a_fresh_one_is_kept(tmp_pat
     it is idle (the watch for idle deaths does not replace it)."""
     import time
 
-    pool = WorkerPool(tmp_path / "workers", idle_s=2)
+    pool = WorkerPool.from_settings(tmp_path / "workers", {"worker_idle_s": 2})
     try:
         pool.evaluate(GSM8K_SETTINGS, tiny_model, gsm8k_data[1], EVALUATION, tmp_path / "eval1", gpu="0")
         first = pool.worker_pid("0")

@@ -166,6 +166,17 @@ class Registries:
         return cls(*(load_registry(kind, config_dir) for kind in REGISTRY_KINDS))
 
 
+def evaluation_settings(evaluation: dict | None = None) -> dict:
+    """The config's `evaluation:` block with the schema's defaults filled in: what every evaluation reads
+    (the grader's, the baseline's, the final one), so that no default is written anywhere but the schema.
+    Raises ConfigError on a block the schema refuses."""
+    schema = load_schema("config")["properties"]["evaluation"]
+    settings = copy.deepcopy(evaluation or {})
+    validate(settings, schema, "evaluation settings")
+    _fill_defaults(settings, schema)
+    return settings
+
+
 def validate_config(config: dict, registries: Registries) -> dict:
     """Validate a sweep config against the schema and the registries; return it with defaults."""
     schema = load_schema("config")

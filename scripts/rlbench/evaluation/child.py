@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlbench.config import evaluation_settings
 from rlbench.evaluation.evaluate import serve_request
 from rlbench.evaluation.request import EvaluationError, read_outcome, write_request
 from rlbench.paths import SCRIPTS_DIR
@@ -39,7 +40,7 @@ def run_in_child(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS_DIR), env.get("PYTHONPATH")]))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    timeout = evaluation.get("eval_timeout_s", 3600)
+    timeout = evaluation_settings(evaluation)["eval_timeout_s"]
     command = [sys.executable, "-m", "rlbench.evaluation", str(request), str(result_path), str(error_path)]
     with open(log_path, "w") as log:
         try:

@@ -65,7 +65,9 @@ def evaluate_model(
         replicate=replicate,
     )
     try:
-        result = task.evaluate(ctx).to_dict()
+        evaluated = task.evaluate(ctx)
+        evaluated.check_metric(task_settings)  # the registry's `metric:` is what Δ will be computed on
+        result = evaluated.to_dict()
     finally:
         ctx.close()
     report(None)

@@ -122,10 +122,7 @@ def _last_phase(phase_path: Path | None) -> str | None:
 def _type_name(error: dict) -> str:
     """The type of the exception the child died of, as recorded; never any of its message."""
     name = error.get("type")
-    if not isinstance(name, str):  # an error file from before the type was recorded: "Type: message"
-        text = error.get("error")
-        name = text.split(":", 1)[0] if isinstance(text, str) else ""
-    return name if _TYPE_NAME.fullmatch(name) else "an unrecorded error"
+    return name if isinstance(name, str) and _TYPE_NAME.fullmatch(name) else "an unrecorded error"
 
 
 def _signal_name(number: int) -> str:

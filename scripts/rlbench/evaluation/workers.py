@@ -23,8 +23,8 @@ replaced by a fresh one, so that the agent's own training gets back the CUDA con
 Workers die with the grader (rlbench.proc.lifeline; each is started from its own long-lived thread,
 the thread the kernel ties the lifeline to).
 
-Settings (the config's `evaluation` block): `worker` (`warm`, the default, or `fresh`: one process
-per evaluation, as before) and `worker_idle_s` (default 300).
+Settings (the config's `evaluation` block, defaults in its schema): `worker` (`warm` or `fresh`: one
+process per evaluation) and `worker_idle_s`.
 """
 
 from __future__ import annotations
@@ -46,15 +46,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlbench.config import evaluation_settings
 from rlbench.evaluation.child import run_in_child
 from rlbench.evaluation.request import EvaluationError, GraderFault, read_outcome, write_request
 from rlbench.paths import SCRIPTS_DIR
 from rlbench.fileio.jsonio import read_json
 from rlbench.proc.lifeline import die_with_parent
 
-WORKER_MODES = ("warm", "fresh")
 WARM_MODEL_FAMILIES = ("qwen2", "qwen3", "llama")
-DEFAULT_IDLE_S = 300.0
 # How long close() waits for a worker to leave on its own before killing it.
 STOP_GRACE_S = 5.0
 # How long a new worker may take to import what it needs before it is given up on.
@@ -484,9 +483,7 @@ class WorkerPool:
     """The grader's evaluations, in warm workers (one per GPU set) or, with mode `fresh`, in a new
     process each (run_in_child). evaluate() has run_in_child's arguments, result and errors."""
 
-    def __init__(self, log_dir: Path, mode: str = "warm", idle_s: float = DEFAULT_IDLE_S):
-        if mode not in WORKER_MODES:
-            raise ValueError(f"unknown evaluation worker mode {mode!r}; allowed: {', '.join(WORKER_MODES)}")
+    def __init__(self, log_dir: Path, mode: str, idle_s: float):
         self.log_dir, self.mode, self.idle_s = Path(log_dir), mode, float(idle_s)
         self._slots: dict[str | None, _Slot] = {}
         self._lock = threading.Lock()
@@ -497,7 +494,9 @@ class WorkerPool:
 
     @classmethod
     def from_settings(cls, log_dir: Path, evaluation: dict) -> "WorkerPool":
-        return cls(log_dir, evaluation.get("worker", "warm"), evaluation.get("worker_idle_s", DEFAULT_IDLE_S))
+        """The pool the config's `evaluation:` block asks for (ConfigError for a mode the schema does not allow)."""
+        settings = evaluation_settings(evaluation)
+        return cls(log_dir, settings["worker"], settings["worker_idle_s"])
 
     def _slot(self, gpu: str | None) -> _Slot:
         with self._lock:
@@ -552,7 +551,7 @@ class WorkerPool:
         with self._lock:
             self._ids += 1
             job_id = self._ids
-        job = _Job(job_id, work_dir, float(evaluation.get("eval_timeout_s", 3600)))
+        job = _Job(job_id, work_dir, float(evaluation_settings(evaluation)["eval_timeout_s"]))
         return self._slot(gpu).run(job)
 
     def close(self) -> None:

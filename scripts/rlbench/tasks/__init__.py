@@ -4,7 +4,7 @@ A task's folder `rlbench/tasks/<module>/` holds its Task subclass (`__init__.py`
 TASK_CLASS), the public module every workspace gets as task.py, and any data it ships; its registry
 entry `config/tasks/<name>.yaml` names the folder in `module:`. See rlbench.tasks.base.
 
-Builds on: paths, fileio, generation, scoring.
+Builds on: paths, fileio, config, generation, scoring.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from rlbench.config import evaluation_settings
 from rlbench.paths import LIBRARY_DIR
 
 TRAIN_FILE = "train.jsonl"
@@ -105,14 +106,17 @@ class EvalResult:
     `metrics` maps names to values: numbers on the paper's scales (0-100 for rates and scores, raw
     counts for counts), and a few strings that say how a number was computed (which LC variant).
     `primary` names the metric Δ is computed on; `score` is its value. The task's registry entry
-    names it (`metric:`), and the grader, the ledger, the baseline, the final evaluation and the
-    summaries carry the whole dict beside the score. `n` is how many held-out items were scored;
-    `items` are per-item records (they may quote the held-out split: never shown to an agent)."""
+    names it (`metric:`; checked at every evaluation: check_metric), and the grader, the ledger, the
+    baseline, the final evaluation and the summaries carry the whole dict beside the score. `n` is how
+    many held-out items were scored; `items` are per-item records (they may quote the held-out split:
+    never shown to an agent). `stands_for`: the registry's metric that `primary` replaces when the task
+    falls back to another one (AlpacaEval's win rate where no length-controlled GLM can be fitted)."""
 
     metrics: dict
     primary: str
     n: int
     items: list[dict] = field(default_factory=list)
+    stands_for: str | None = None
 
     def __post_init__(self) -> None:
         if self.primary not in self.metrics:
@@ -127,6 +131,16 @@ class EvalResult:
     @property
     def score(self) -> float:
         return round(float(self.metrics[self.primary]), 4)
+
+    def check_metric(self, settings: dict) -> None:
+        """Raise ValueError unless the primary metric is the one the task's registry entry names."""
+        declared = settings.get("metric")
+        if declared is not None and declared not in (self.primary, self.stands_for):
+            raise ValueError(
+                f"task {settings.get('name')!r}: its registry entry says metric: {declared!r}, but its scorer's primary "
+                f"metric is {self.primary!r} (metrics: {', '.join(sorted(self.metrics))}); set `metric: {self.primary}` "
+                f"in config/tasks/{settings.get('name')}.yaml, or make the scorer report {declared!r}"
+            )
 
     def to_dict(self, with_items: bool = True) -> dict:
         data = {"score": self.score, "primary_metric": self.primary, "metrics": dict(self.metrics), "n": self.n}
@@ -195,6 +209,9 @@ class EvalContext:
     _judge: object = field(default=None, init=False, repr=False)
     _scratch: object = field(default=None, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self.evaluation = evaluation_settings(self.evaluation)  # the schema's defaults, nowhere else
+
     def phase(self, name: str) -> None:
         if self.on_phase is not None:
             self.on_phase(name)
@@ -215,9 +232,9 @@ class EvalContext:
 
             self.phase("loading")
             self._generator = load_backend(
-                self.evaluation.get("backend", "auto"),
+                self.evaluation["backend"],
                 Path(self.model_dir),
-                self.evaluation.get("batch_size", 32),
+                self.evaluation["batch_size"],
                 self.evaluation.get("gpu_memory_utilization"),
             )
             self.phase("generating")
@@ -234,7 +251,7 @@ class EvalContext:
 
             self.phase("loading")
             self._text_generator = load_text_generator(
-                self.evaluation.get("backend", "auto"),
+                self.evaluation["backend"],
                 Path(self.model_dir),
                 gpu_memory_utilization=self.evaluation.get("gpu_memory_utilization"),
             )
@@ -301,7 +318,6 @@ class Task(ABC):
     """One benchmark task. Knows nothing of the grader, the runner or Snakemake."""
 
     name: str
-    level: str
     #: the file copied into every workspace as task.py (prompt format, reward)
     public_module_path: Path
 

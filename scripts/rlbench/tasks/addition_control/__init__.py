@@ -81,7 +81,6 @@ def _pair_key(row: dict) -> tuple[int, int]:
 
 class AdditionControl(Task):
     name = "addition-control"
-    level = "control"
     public_module_path = PUBLIC
 
     def prepare_train(self, settings: dict, train_dir: Path) -> dict:

@@ -125,7 +125,6 @@ def hub_root(settings: dict) -> Path:
 
 class ALFWorld(Task):
     name = "alfworld"
-    level = "L3"
     public_module_path = PUBLIC
 
     # -- games: built by the generate_games rule --------------------------------------------

@@ -131,7 +131,7 @@ class ReActRollout:
     def run(self, rows: list[dict], ctx) -> dict:
         environment = _environment(self.settings)
         workers = environment.get("workers") or os.cpu_count() or 1
-        max_live = environment.get("max_live") or ctx.evaluation.get("batch_size") or len(rows)
+        max_live = environment.get("max_live") or ctx.evaluation["batch_size"]
         generator = ctx.text_generator()
         timings: dict = {}
 

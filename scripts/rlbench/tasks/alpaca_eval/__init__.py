@@ -198,7 +198,9 @@ class WinRateScorer:
             }
             for r, o, j in zip(rows, outputs, judgments)
         ]
-        return EvalResult(metrics=metrics, primary=primary_metric(metrics), n=len(rows), items=items)
+        primary = primary_metric(metrics)
+        stands_for = "length_controlled_winrate" if primary != "length_controlled_winrate" else None
+        return EvalResult(metrics=metrics, primary=primary, n=len(rows), items=items, stands_for=stands_for)
 
     def code_files(self) -> list[Path]:
         from rlbench.scoring import judges
@@ -208,7 +210,6 @@ class WinRateScorer:
 
 class AlpacaEval(Task):
     name = "alpaca-eval"
-    level = "L2"
     public_module_path = PUBLIC
 
     def prepare_train(self, settings: dict, train_dir: Path) -> dict:

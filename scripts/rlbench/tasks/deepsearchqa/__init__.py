@@ -146,7 +146,6 @@ def hub_questions(settings: dict) -> tuple[list[dict], list[dict]]:
 
 class DeepSearchQA(Task):
     name = "deepsearchqa"
-    level = "L3"
     public_module_path = PUBLIC
 
     # -- questions: built by the generate_games rule ---------------------------------------------

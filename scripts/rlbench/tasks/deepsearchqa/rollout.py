@@ -67,14 +67,14 @@ class WebSearch:
 def search_tool(settings: dict, eval_dir: Path):
     """The evaluation's search tool and the actions it offers: offline, BM25 over the split's
     knowledge base (search and open); hub, the web provider named in `search.provider`."""
-    search = settings.get("search") or {}
-    max_results = int(search.get("max_results") or public.MAX_RESULTS)
+    search = settings["search"]  # the registry's block (every key required by the task schema)
+    max_results = int(search["max_results"])
     if settings.get("source", "offline") != "hub":
         return (
             public.SearchTool(public.load_pages(Path(eval_dir) / KB_FILE), max_results=max_results),
             public.OFFLINE_TOOLS,
         )
-    provider = search.get("provider") or "duckduckgo"
+    provider = search["provider"]
     if provider == "offline":
         raise ValueError(
             "tasks.deepsearchqa: source hub asks real questions, which the offline knowledge base cannot "
@@ -82,11 +82,11 @@ def search_tool(settings: dict, eval_dir: Path):
         )
     key = None
     if provider == "serpapi":
-        variable = search.get("api_key_var") or "SERPAPI_KEY"
+        variable = search["api_key_var"] or "SERPAPI_KEY"
         key = os.environ.get(variable)
         if not key:
             raise ValueError(f"search.provider serpapi needs an API key in the environment variable {variable}")
-    return WebSearch(provider, key, max_results, float(search.get("timeout_s") or 10.0)), public.WEB_TOOLS
+    return WebSearch(provider, key, max_results, float(search["timeout_s"])), public.WEB_TOOLS
 
 
 def play_questions(
@@ -174,7 +174,7 @@ class SearchRollout:
             tools_available=tools_available,
             max_steps=environment.get("max_steps") or public.MAX_STEPS,
             max_new_tokens=self.settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,
-            max_live=environment.get("max_live") or ctx.evaluation.get("batch_size") or len(rows),
+            max_live=environment.get("max_live") or ctx.evaluation["batch_size"],
             workers=environment.get("workers") or (8 if web else 1),  # BM25 answers in microseconds
         )
         return {"episodes": episodes, "generator": getattr(generator, "stats", None)}

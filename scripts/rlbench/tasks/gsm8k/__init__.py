@@ -137,7 +137,6 @@ def _hub_rows(settings: dict, which: str) -> list[dict]:
 
 class GSM8K(Task):
     name = "gsm8k"
-    level = "L1"
     public_module_path = PUBLIC
 
     def prepare_train(self, settings: dict, train_dir: Path) -> dict:

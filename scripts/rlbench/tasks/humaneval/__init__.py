@@ -210,7 +210,6 @@ def problems(settings: dict) -> list[dict]:
 
 class HumanEval(Task):
     name = "humaneval"
-    level = "L1"
     public_module_path = PUBLIC
 
     def prepare_train(self, settings: dict, train_dir: Path) -> dict:

@@ -98,7 +98,6 @@ HUB_EVAL = """WebShop's goals 0..{last} (the reference's {eval} instructions)"""
 
 class WebShop(Task):
     name = "webshop"
-    level = "L3"
     public_module_path = PUBLIC
 
     # -- goals: built by the generate_games rule --------------------------------------------

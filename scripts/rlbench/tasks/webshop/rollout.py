@@ -137,7 +137,7 @@ class WebShopRollout:
 
     def run(self, rows: list[dict], ctx) -> dict:
         environment = self.settings.get("environment") or {}
-        max_live = environment.get("max_live") or ctx.evaluation.get("batch_size") or len(rows)
+        max_live = environment.get("max_live") or ctx.evaluation["batch_size"]
         generator = ctx.text_generator()
         timings: dict = {}
 
