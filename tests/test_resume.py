@@ -16,12 +16,13 @@ from rlbench.fileio.jsonio import read_json, read_jsonl
 from support.faults import audit_submissions
 from support.workflow import (
     REPO,
-    SNAKEMAKE,
     SFT_RUN,
     SFT_RUN_CONFIG,
+    SNAKEMAKE_ENV,
     make_workdir,
     planned_jobs,
     snakemake,
+    snakemake_argv,
 )
 
 
@@ -35,10 +36,10 @@ def test_killed_sweep_resumes_with_a_new_attempt_and_keeps_the_old_ledger(tmp_pa
     run_dir = workdir / SFT_RUN
     ledger = run_dir / "grader" / "ledger.jsonl"
     sweep = subprocess.Popen(
-        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", "2"],
+        snakemake_argv(workdir, "--cores", "2"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+        env=SNAKEMAKE_ENV,
         start_new_session=True,
     )
     deadline = time.time() + 300

@@ -35,11 +35,10 @@ import psutil
 import yaml
 
 from rlbench.agent_run.attempts import marked_processes
-from support.workflow import REPO, SFT_RUN, SNAKEMAKE
+from support.workflow import REPO, SFT_RUN, SNAKEMAKE_ENV, snakemake_argv
 
 PROFILE = REPO / "workflow" / "profiles" / "local"
 RUN_REL = SFT_RUN
-SNAKEMAKE_ENV = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
 EVAL_MODULE = "rlbench.evaluation"
 # agent_env.submit() logs every response it got: "submit output/v1 -> HTTP 200: {json}".
 RESPONSE_LINE = re.compile(r"\bsubmit (?P<path>.+?) -> HTTP (?P<code>\d{3}): (?P<body>.*)$")
@@ -492,10 +491,6 @@ def ledger_entry(run_dir: Path, attempt: int | None, submission_id: int | None) 
 def prepare_copy(template: Path, workdir: Path, config: dict) -> None:
     shutil.copytree(template, workdir, symlinks=True)
     (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
-
-
-def snakemake_argv(workdir: Path, *args: str) -> list[str]:
-    return [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
 
 
 def start_sweep(workdir: Path, log_path: Path) -> subprocess.Popen:

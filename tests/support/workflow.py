@@ -17,6 +17,7 @@ import yaml
 from support.settings import REPO
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SNAKEMAKE_ENV = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
 TEST_CONFIG = {
     "sweep": {"tasks": ["gsm8k"], "models": ["tiny"], "agents": ["copy", "sft", "grpo"], "seeds": [0]},
     "budget": {"time_limit_s": 180, "kill_grace_s": 2},
@@ -34,12 +35,17 @@ SFT_RUN_CONFIG = {
 SFT_RUN = Path("results", "runs", "humaneval", "tiny", "sft", "0")
 
 
+def snakemake_argv(workdir: Path, *args: str) -> list[str]:
+    """The command line of this checkout's workflow on `workdir` (run it with env=SNAKEMAKE_ENV)."""
+    return [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args],
+        snakemake_argv(workdir, *args),
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+        env=SNAKEMAKE_ENV,
         timeout=1500,
     )
     if check and proc.returncode != 0:
@@ -79,10 +85,10 @@ class BackgroundSweep:
                     raise AssertionError("stopped before it started")
                 with open(self.workdir / "sweep.log", "wb") as log:
                     self.proc = subprocess.Popen(
-                        ["nice", "-n", str(self.nice), *SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(self.workdir), "--cores", "2"],
+                        ["nice", "-n", str(self.nice), *snakemake_argv(self.workdir, "--cores", "2")],
                         stdout=log,
                         stderr=subprocess.STDOUT,
-                        env={**os.environ, "PYTHONPATH": str(REPO / "scripts")},
+                        env=SNAKEMAKE_ENV,
                         start_new_session=True,
                     )
         except BaseException as exc:  # reported by result(), in the tests that read this sweep
