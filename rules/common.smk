@@ -13,6 +13,7 @@ from rlbench.config import (
     task_settings,
     validate_config,
 )
+from rlbench.analysis.catalogue import FIGURE, ITEMS as REPORT_ITEMS, TABLE
 from rlbench.tasks.base import ensure_salt
 
 try:
@@ -130,52 +131,33 @@ def get_run_files(name):
     return [run_path(name).format(**run) for run in sweep_runs(config)]
 
 
-# The analysis stage's tables (aggregate; CSV and Markdown) and figures (report_figures;
-# PNG and SVG) under results/report/: name -> (subcategory in the HTML report, caption file).
-REPORT_TABLES = {
-    "leaderboard_paper": ("Leaderboard", "leaderboard_paper.rst"),
-    "delta_matrix": ("Leaderboard", "delta_matrix.rst"),
-    "multirun_stats": ("Statistics", "multirun_stats.rst"),
-    "budget_scaling": ("Statistics", "budget_scaling.rst"),
-    "pass_at_k": ("Statistics", "pass_at_k.rst"),
-    "workspace_stats": ("Runs", "workspace_stats.rst"),
-    "routes": ("Runs", "routes.rst"),
-    "tokens_cost": ("Runs", "tokens_cost.rst"),
-    "failures": ("Runs", "failures.rst"),
-}
-REPORT_FIGURES = {
-    "delta_heatmap": "delta_heatmap.rst",
-    "score_trajectories": "score_trajectories.rst",
-    "budget_scaling": "budget_scaling_figure.rst",
-    "route_distribution": "route_distribution.rst",
-}
+# The analysis stage's tables (aggregate; CSV and Markdown) and figures (report_figures; PNG and SVG)
+# under results/report/: the items of rlbench.analysis.catalogue, each with its caption in workflow/report/.
+REPORT_DIR = "results/report"
 
 
-def report_tables():
-    """The outputs of aggregate: <name>_csv (in the HTML report) and <name>_md for every table."""
+def report_outputs(kind, category):
+    """The outputs of aggregate (kind TABLE) or report_figures (kind FIGURE), for each catalogue item of
+    that kind: its first file (a table's CSV, a figure's PNG) in the HTML report under `category` (a
+    table's group as subcategory) with the item's caption, and its second file (the Markdown, the SVG)."""
     outputs = {}
-    for name, (subcategory, caption) in REPORT_TABLES.items():
-        outputs[f"{name}_csv"] = report(
-            f"results/report/{name}.csv",
-            caption=f"../workflow/report/{caption}",
-            category="Tables",
-            subcategory=subcategory,
+    for item in REPORT_ITEMS:
+        if item.kind != kind:
+            continue
+        (shown, shown_path), (other, other_path) = item.files.items()
+        outputs[shown] = report(
+            f"{REPORT_DIR}/{shown_path}",
+            caption=f"../workflow/report/{item.caption_path.name}",
+            category=category,
+            subcategory=item.group or None,
         )
-        outputs[f"{name}_md"] = f"results/report/{name}.md"
+        outputs[other] = f"{REPORT_DIR}/{other_path}"
     return outputs
 
 
-def report_figures():
-    """The outputs of report_figures: <name>_png (in the HTML report) and <name>_svg for every figure."""
-    outputs = {}
-    for name, caption in REPORT_FIGURES.items():
-        outputs[f"{name}_png"] = report(
-            f"results/report/figures/{name}.png",
-            caption=f"../workflow/report/{caption}",
-            category="Figures",
-        )
-        outputs[f"{name}_svg"] = f"results/report/figures/{name}.svg"
-    return outputs
+def report_files(kind):
+    """Every file of the catalogue's items of `kind` (a table's CSV and Markdown, a figure's PNG and SVG)."""
+    return [f"{REPORT_DIR}/{path}" for item in REPORT_ITEMS if item.kind == kind for path in item.files.values()]
 
 
 def get_narrative_model_input(wildcards):

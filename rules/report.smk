@@ -1,6 +1,7 @@
 # The analysis stage across runs: every table and figure comes from the recorded runs' summaries,
 # so regenerating them reruns no agent and no evaluation. The tables' and figures' settings are
-# params: changing them reruns only these two rules.
+# params: changing them reruns only these two rules. Which tables and figures there are, with their
+# files and captions, is rlbench.analysis.catalogue's (rules/common.smk: report_outputs, report_files).
 localrules:
     all,
     aggregate,
@@ -11,7 +12,7 @@ rule aggregate:
     input:
         summaries=get_run_files("summary.json"),
     output:
-        **report_tables(),
+        **report_outputs(TABLE, "Tables"),
         leaderboard=report(
             "results/report/leaderboard.csv",
             caption="../workflow/report/leaderboard.rst",
@@ -31,9 +32,9 @@ rule aggregate:
 rule report_figures:
     input:
         summaries=get_run_files("summary.json"),
-        tables=[f"results/report/{name}.csv" for name in REPORT_TABLES],
+        tables=report_files(TABLE),
     output:
-        **report_figures(),
+        **report_outputs(FIGURE, "Figures"),
         index=report(
             "results/report/index.html",
             caption="../workflow/report/index.rst",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.summaries.diagnostics import collect_artifacts
+from rlbench.summaries.artifacts import collect_artifacts
 from rlbench.fileio.jsonio import read_json, write_json
 
 manifest = read_json(Path(snakemake.input.manifest))

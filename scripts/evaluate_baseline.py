@@ -11,7 +11,7 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.evaluation.evaluate import evaluate_model, evaluation_resources, noise_summary
-from rlbench.grader.checks import fingerprint
+from rlbench.grader.fingerprint import fingerprint
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.provenance import provenance
 from rlbench.tasks import get_task

@@ -6,7 +6,7 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.evaluation.evaluate import evaluate_model, evaluation_resources
-from rlbench.grader.checks import fingerprint, fingerprint_matches
+from rlbench.grader.fingerprint import fingerprint, fingerprint_matches
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.provenance import provenance
 
@@ -26,8 +26,8 @@ if artifacts["best_model"] is None:
     final["status"] = "no_valid_submission"
 else:
     model_dir = Path(artifacts["best_model"])
-    digest = fingerprint(model_dir)  # recorded by the current definition, whatever the run's ledger holds
-    if not fingerprint_matches(model_dir, artifacts["best"]["fingerprint"], current=digest):  # or a legacy one
+    digest = fingerprint(model_dir)
+    if not fingerprint_matches(model_dir, artifacts["best"]["fingerprint"], current=digest):
         raise RuntimeError(f"{model_dir} changed since it was graded (fingerprint mismatch); rerun the agent")
     resources = evaluation_resources(snakemake.input, snakemake.params.judgments)
     result = evaluate_model(settings, model_dir, Path(snakemake.input.eval).parent, evaluation, resources=resources)

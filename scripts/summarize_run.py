@@ -17,7 +17,9 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.summaries.diagnostics import jsonl_record, summarize, summary_markdown
+from rlbench.summaries.iterations import jsonl_record
+from rlbench.summaries.markdown import summary_markdown
+from rlbench.summaries.summary import summarize
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.summaries.narrative import add_narrative
 from rlbench.summaries.run_report import plot_score_trajectory, write_metrics_json

@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
-from rlbench.grader.app import Grader, GraderConfig  # noqa: E402
-from rlbench.grader.checks import fingerprint  # noqa: E402
+from rlbench.grader.grading import Grader, GraderConfig  # noqa: E402
+from rlbench.grader.fingerprint import fingerprint  # noqa: E402
 from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
 from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402

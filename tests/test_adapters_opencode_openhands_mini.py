@@ -420,7 +420,7 @@ def test_mini_swe_agent_trains_submits_and_is_accounted_for(training, tmp_path, 
         expected["calls"], expected["input_tokens"], expected["output_tokens"])
     assert (run.run_dir / "agent" / "trajectory.json").exists()
     # The run's directory alone tells the run: the prompt, the transcript, the code at each submission, scores.
-    from rlbench.recording.repository import reconstruct
+    from rlbench.recording.reconstruct import reconstruct
 
     story = reconstruct(run.run_dir)
     assert story["missing"] == [] and (run.run_dir / "agent" / "prompt.md").read_text().startswith(story["prompt"]["text"])

@@ -39,8 +39,8 @@ import psutil
 import pytest
 
 from rlbench.agent_run.attempts import marked_processes
-from rlbench.grader.app import Grader, GraderConfig
-from rlbench.grader.checks import fingerprint
+from rlbench.grader.grading import Grader, GraderConfig
+from rlbench.grader.fingerprint import fingerprint
 from rlbench.grader.server import GradingServer, new_secret
 from rlbench.fileio.jsonio import read_json
 from rlbench.recording.ledger import reference_view

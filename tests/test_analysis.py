@@ -1,4 +1,5 @@
-"""The cross-run tables (rlbench.analysis.tables) against values computed by hand from hand-made summaries.
+"""The cross-run tables (rlbench.analysis.tables, built through rlbench.analysis.catalogue) against values
+computed by hand from hand-made summaries.
 
 The fixture: model "tiny", tasks gsm8k (baseline 10, noise band 0.5) and alpaca-eval (baseline 50, band
 1.0); configurations sft (reference, sft-only) and claude (claude-code / claude-sonnet-4, free) with 3
@@ -15,19 +16,10 @@ import re
 
 import pytest
 
-from rlbench.analysis.tables import (
-    BLANK_MD,
-    bootstrap_ci,
-    build_tables,
-    config_key,
-    config_label,
-    delta_at_cut,
-    group_runs,
-    markdown,
-    pass_at_k,
-    within_noise,
-    write_tables,
-)
+from rlbench.analysis.catalogue import TABLES, build_tables
+from rlbench.analysis.stats import bootstrap_ci, config_key, config_label, delta_at_cut, group_runs, pass_at_k, within_noise
+from rlbench.analysis.tablefiles import BLANK_MD, markdown, write_tables
+from rlbench.config import ConfigError
 
 SFT = ("sft", "reference", "", "sft-only")
 CLAUDE = ("claude", "claude-code", "claude-sonnet-4", "free")
@@ -336,8 +328,10 @@ def test_failures(summaries):
 # -- files, defaults, older and malformed summaries -------------------------------------------------------
 def test_csv_round_trip_and_markdown(summaries, tmp_path):
     tables = build_tables(summaries, SETTINGS)
+    assert list(tables) == list(TABLES)  # every table of the catalogue, in its order
     paths = write_tables(tables, tmp_path)
-    assert sorted(p.name for p in paths) == sorted(f"{n}.{e}" for n in tables for e in ("csv", "md"))
+    assert sorted(p.name for p in paths) == sorted(path for item in TABLES.values() for path in item.files.values())
+    assert all(p.stat().st_size > 0 for p in paths)
     for name, table in tables.items():
         with open(tmp_path / f"{name}.csv", newline="") as handle:
             reader = csv.DictReader(handle)
@@ -346,6 +340,7 @@ def test_csv_round_trip_and_markdown(summaries, tmp_path):
         text = (tmp_path / f"{name}.csv").read_text() + (tmp_path / f"{name}.md").read_text()
         assert not re.search(r"\bnan\b", text, re.I) and "None" not in text
         md = (tmp_path / f"{name}.md").read_text()
+        assert table.name == name and table.title == TABLES[name].title
         assert md.startswith(f"# {table.title}\n") and "Notes:" in md
     rows = list(csv.DictReader(open(tmp_path / "multirun_stats.csv")))
     sft = next(r for r in rows if r["agent"] == "sft" and r["task"] == "gsm8k")
@@ -367,6 +362,11 @@ def test_settings_defaults():
     assert all(not t.rows or t.name == "leaderboard_paper" for t in tables.values())
     assert "_No runs._" in markdown(tables["delta_matrix"])
     assert build_tables([], None)["budget_scaling"].rows == []
+    # the defaults and the allowed values are the schema's (rlbench.config.report_settings)
+    with pytest.raises(ConfigError, match="unknown key 'decimal'"):
+        build_tables([], {"decimal": 3})
+    with pytest.raises(ConfigError, match="pass_at_k"):
+        build_tables([], {"pass_at_k": [0]})
 
 
 def test_older_and_malformed_summaries_give_blanks(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlbench.summaries.diagnostics import CODE_SUFFIXES
+from rlbench.summaries.agent_code import CODE_SUFFIXES
 from rlbench.fileio.jsonio import read_json, read_jsonl
 from rlbench.recording.ledger import is_scored, is_submission
 from support.workflow import CONTROL_SEEDS, CONTROL_TASK

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.summaries import diagnostics as d
+from rlbench.summaries.agent_code import key_configuration
+from rlbench.summaries.artifacts import collect_artifacts
+from rlbench.summaries.failures import FAILURE_TYPES, failure_type, improvement_success, iteration_failure
+from rlbench.summaries.iterations import jsonl_record
+from rlbench.summaries.markdown import summary_markdown
+from rlbench.summaries.metrics import extra_metrics, load_run_meta, paper_metrics
+from rlbench.summaries.routes import ROUTE_LABELS, coding_success, detect_route, run_route, train_type
+from rlbench.summaries.submissions import finished_at, recorded_submissions
+from rlbench.summaries.summary import summarize
 from rlbench.fileio.jsonio import write_json
 from rlbench.recording.ledger import iso_timestamp
 from support.diagnostics import (
@@ -32,7 +40,7 @@ from support.diagnostics import (
 
 
 def paper(submissions, meta=META, workspace=Path("/nonexistent/ws"), base=BASE, baseline=BASELINE):
-    return d.paper_metrics(submissions, meta, baseline, workspace, base)
+    return paper_metrics(submissions, meta, baseline, workspace, base)
 
 
 @pytest.fixture
@@ -51,7 +59,7 @@ def ledger():
 
 # -- the paper's ten metrics -------------------------------------------------------------------------
 def test_paper_metrics_hand_computed(ledger):
-    submissions = d.recorded_submissions(ledger)
+    submissions = recorded_submissions(ledger)
     assert [e["submission_id"] for e in submissions] == [1, 3, 4, 5, 6, 7]
     m = paper(submissions)
     assert list(m) == PAPER_NAMES
@@ -117,11 +125,11 @@ def test_refusals_the_reference_records_are_counted_request_errors_are_not():
         refused(4, 40.0, "lora_adapter"),  # the reference evaluates it and records score 0
         entry(5, 50.0, 45.0),
     ]
-    submissions = d.recorded_submissions(ledger)
+    submissions = recorded_submissions(ledger)
     assert [e["submission_id"] for e in submissions] == [4, 5]
     m = paper(submissions)
     assert m["valid_submission_rate"] == 0.5 and m["first_valid_idx"] == 2
-    extra = d.extra_metrics(ledger, submissions, BASELINE, BASE_FP)
+    extra = extra_metrics(ledger, submissions, BASELINE, BASE_FP)
     assert extra["requests"] == 5 and extra["refused_requests"] == 3
     assert extra["status_counts"] == {"refused": 1, "scored": 1}
 
@@ -146,35 +154,35 @@ def test_copies_by_path_and_by_fingerprint(tmp_path, monkeypatch):
         refused(8, 80.0, "missing_path", path="models/org/nothing"),
     ]
     assert paper(submissions, workspace=ws)["copy_model_count"] == 5  # entries 1, 2, 3, 4, 7
-    assert d.extra_metrics(submissions, submissions, BASELINE, BASE_FP)["copy_weights_count"] == 6  # 1-5, 7
+    assert extra_metrics(submissions, submissions, BASELINE, BASE_FP)["copy_weights_count"] == 6  # 1-5, 7
 
 
 def test_run_meta_from_the_workspace_with_run_json_fallbacks(tmp_path):
     run = {"start_time": START + 0.9, "end_time": START + 1234.8, "time_limit_s": 3600.0}
     submissions = [entry(1, 100.4, 50.0), entry(2, 700.6, 45.0)]
-    fallback = d.load_run_meta(tmp_path, run, submissions)  # no run_meta.json
+    fallback = load_run_meta(tmp_path, run, submissions)  # no run_meta.json
     assert fallback == {"start_time": START, "timeout_s": 3600, "end_time": START + 1234, "last_submit_time": START + 700}
     write_json(tmp_path / "run_meta.json", {**META, "last_submit_time": None})
-    assert d.load_run_meta(tmp_path, run, submissions) == {**META, "last_submit_time": START + 700}
+    assert load_run_meta(tmp_path, run, submissions) == {**META, "last_submit_time": START + 700}
     write_json(tmp_path / "run_meta.json", META)
-    assert d.load_run_meta(tmp_path, run, submissions) == META
+    assert load_run_meta(tmp_path, run, submissions) == META
 
 
 def test_finish_time_is_the_instant_the_iso_timestamp_names_whatever_the_time_zone():
     e = entry(1, 100.25, 50.0)
-    assert d.finished_at(e) == pytest.approx(START + 100.25)
+    assert finished_at(e) == pytest.approx(START + 100.25)
     shifted = {**e, "timestamp": iso_timestamp(START + 100.25 + 7200)}  # written under another TZ
-    assert d.finished_at(shifted) == START + 100.25
+    assert finished_at(shifted) == START + 100.25
     old = {**e, "timestamp": START + 90.0}  # an old ledger: unix timestamp of arrival
-    assert d.finished_at(old) == START + 100.25
-    assert d.finished_at({"timestamp": iso_timestamp(START + 5)}) == pytest.approx(START + 5)
-    assert d.finished_at({}) is None
+    assert finished_at(old) == START + 100.25
+    assert finished_at({"timestamp": iso_timestamp(START + 5)}) == pytest.approx(START + 5)
+    assert finished_at({}) is None
 
 
 # -- our metrics -----------------------------------------------------------------------------------
 def test_extra_metrics_hand_computed(ledger):
-    submissions = d.recorded_submissions(ledger)
-    extra = d.extra_metrics(ledger, submissions, BASELINE, BASE_FP)
+    submissions = recorded_submissions(ledger)
+    extra = extra_metrics(ledger, submissions, BASELINE, BASE_FP)
     assert not set(extra) & set(PAPER_NAMES)
     assert extra == {
         "requests": 7,
@@ -193,7 +201,7 @@ def test_extra_metrics_hand_computed(ledger):
 
 
 def test_extra_metrics_no_submissions():
-    extra = d.extra_metrics([], [], BASELINE, BASE_FP)
+    extra = extra_metrics([], [], BASELINE, BASE_FP)
     assert extra["scored_submission_rate"] is None and extra["first_scored_idx"] is None
     assert extra["nondecreasing_ratio"] is None and extra["best_scored_idx"] is None
     assert extra["copy_weights_count"] == 0 and extra["requests"] == 0
@@ -202,7 +210,7 @@ def test_extra_metrics_no_submissions():
 def test_score_zero_is_scored_but_not_valid():
     submissions = [entry(1, 10.0, 0.0), entry(2, 20.0, 10.0)]
     assert paper(submissions)["valid_submission_rate"] == 0.5
-    assert d.extra_metrics(submissions, submissions, BASELINE, BASE_FP)["scored_submission_rate"] == 1.0
+    assert extra_metrics(submissions, submissions, BASELINE, BASE_FP)["scored_submission_rate"] == 1.0
 
 
 # -- route labels ------------------------------------------------------------------------------------
@@ -233,23 +241,23 @@ GRPO_CODE = "from trl import GRPOConfig, GRPOTrainer\ntrainer = GRPOTrainer(mode
     ],
 )
 def test_detect_route(tmp_path, files, label):
-    assert d.detect_route(code(tmp_path, "code", files)) == label
+    assert detect_route(code(tmp_path, "code", files)) == label
 
 
 def test_detect_route_without_code():
-    assert d.detect_route(None) is None
-    assert d.detect_route(Path("/nonexistent/code")) is None
+    assert detect_route(None) is None
+    assert detect_route(Path("/nonexistent/code")) is None
 
 
 def test_train_type_copy_placeholder_unknown(tmp_path):
     ws, grpo = tmp_path / "ws", code(tmp_path, "grpo", {"train.py": GRPO_CODE})
     kw = {"baseline_fingerprint": BASE_FP, "workspace": ws, "base_model": BASE}
-    assert d.train_type(entry(1, 1.0, BASELINE, fp=BASE_FP), grpo, **kw) == "Copy"  # weights
-    assert d.train_type(entry(2, 1.0, BASELINE, path=BASE, fp=""), None, **kw) == "Copy"  # path
-    assert d.train_type(entry(3, 1.0, 45.0), grpo, **kw) == "GRPO"
-    assert d.train_type(entry(4, 1.0, 45.0), None, **kw) == "unknown"  # evaluated, code not in code/
-    assert d.train_type(refused(5, 1.0, "missing_path"), None, **kw) == "Placeholder/Missing"
-    assert d.train_type(failed(6, 1.0), code(tmp_path, "empty", {"a.py": "x = 1\n"}), **kw) == "Placeholder/Missing"
+    assert train_type(entry(1, 1.0, BASELINE, fp=BASE_FP), grpo, **kw) == "Copy"  # weights
+    assert train_type(entry(2, 1.0, BASELINE, path=BASE, fp=""), None, **kw) == "Copy"  # path
+    assert train_type(entry(3, 1.0, 45.0), grpo, **kw) == "GRPO"
+    assert train_type(entry(4, 1.0, 45.0), None, **kw) == "unknown"  # evaluated, code not in code/
+    assert train_type(refused(5, 1.0, "missing_path"), None, **kw) == "Placeholder/Missing"
+    assert train_type(failed(6, 1.0), code(tmp_path, "empty", {"a.py": "x = 1\n"}), **kw) == "Placeholder/Missing"
 
 
 def rec(label, score, status="scored", failure=None):
@@ -263,28 +271,28 @@ def rec(label, score, status="scored", failure=None):
 
 
 def test_run_route_labels():
-    assert d.run_route([]) == "Placeholder/Missing"
-    assert d.run_route([rec("GRPO", 0.0, status="failed")]) == "Placeholder/Missing"  # nothing evaluated
-    assert d.run_route([rec("Copy", BASELINE, status="cached"), rec("Copy", BASELINE, status="cached")]) == "Copy"
-    assert d.run_route([rec("SFT-only", 45.0), rec("GRPO", 50.0), rec("Copy", BASELINE)]) == "GRPO"  # the best
-    assert d.run_route([rec("SFT-only", 50.0), rec("GRPO", 50.0)]) == "SFT-only"  # tie: the first
-    assert d.run_route([rec("unknown", 50.0), rec("DPO", 42.0), rec("PPO", 41.0)]) == "PPO"  # latest with code
-    assert d.run_route([rec("unknown", 50.0)]) == "unknown"
-    assert d.run_route([rec("SFT+RL", 39.0)]) == "SFT+RL"
+    assert run_route([]) == "Placeholder/Missing"
+    assert run_route([rec("GRPO", 0.0, status="failed")]) == "Placeholder/Missing"  # nothing evaluated
+    assert run_route([rec("Copy", BASELINE, status="cached"), rec("Copy", BASELINE, status="cached")]) == "Copy"
+    assert run_route([rec("SFT-only", 45.0), rec("GRPO", 50.0), rec("Copy", BASELINE)]) == "GRPO"  # the best
+    assert run_route([rec("SFT-only", 50.0), rec("GRPO", 50.0)]) == "SFT-only"  # tie: the first
+    assert run_route([rec("unknown", 50.0), rec("DPO", 42.0), rec("PPO", 41.0)]) == "PPO"  # latest with code
+    assert run_route([rec("unknown", 50.0)]) == "unknown"
+    assert run_route([rec("SFT+RL", 39.0)]) == "SFT+RL"
 
 
 def test_coding_and_improvement_success():
-    assert [d.coding_success(label) for label in d.ROUTE_LABELS] == [True] * 5 + [False] * 3
-    assert d.improvement_success([rec("SFT-only", 40.01)])
-    assert not d.improvement_success([rec("SFT-only", 40.0), rec("GRPO", 12.0)])
+    assert [coding_success(label) for label in ROUTE_LABELS] == [True] * 5 + [False] * 3
+    assert improvement_success([rec("SFT-only", 40.01)])
+    assert not improvement_success([rec("SFT-only", 40.0), rec("GRPO", 12.0)])
     # a failed entry's improvement is negative; a positive one on an unevaluated entry does not count
-    assert not d.improvement_success([{**rec("GRPO", 0.0, status="failed"), "improvement": 5.0}])
-    assert not d.improvement_success([])
+    assert not improvement_success([{**rec("GRPO", 0.0, status="failed"), "improvement": 5.0}])
+    assert not improvement_success([])
 
 
 # -- failure types ---------------------------------------------------------------------------------------
 def test_iteration_failure_types():
-    f = d.iteration_failure
+    f = iteration_failure
     assert f(entry(1, 1.0, 45.0), "GRPO", BASELINE, "L1") is None  # improved
     assert f(entry(1, 1.0, BASELINE, fp=BASE_FP), "Copy", BASELINE, "L1") == "copy_model_fallback"
     assert f(failed(1, 1.0), "GRPO", BASELINE, "L1") == "code_error_runtime"
@@ -321,11 +329,11 @@ def test_iteration_failure_types():
     ],
 )
 def test_run_failure_types(run, records, level, expected):
-    assert d.failure_type(run, records, level) == expected
+    assert failure_type(run, records, level) == expected
 
 
 def test_every_failure_type_and_route_label_is_exercised():
-    assert set(d.FAILURE_TYPES) == {
+    assert set(FAILURE_TYPES) == {
         "code_error_runtime",
         "rollout_logic_wrong",
         "timeout_no_submission",
@@ -333,7 +341,7 @@ def test_every_failure_type_and_route_label_is_exercised():
         "training_diverged",
         "unknown",
     }
-    assert set(d.ROUTE_LABELS) == {"GRPO", "PPO", "DPO", "SFT-only", "SFT+RL", "Copy", "Placeholder/Missing", "unknown"}
+    assert set(ROUTE_LABELS) == {"GRPO", "PPO", "DPO", "SFT-only", "SFT+RL", "Copy", "Placeholder/Missing", "unknown"}
 
 
 # -- iterations, summary.json, summary.jsonl, summary.md ----------------------------------------------
@@ -357,7 +365,7 @@ def summarized(tmp_path):
     run_dir, run = make_run(tmp_path, ledger, snapshots, {"dpo.py": "DPOTrainer(model=m)\n"})
     final = {"baseline_score": BASELINE, "score": 45.0, "delta": 5.0}
     baseline = {"score": BASELINE, "fingerprint": BASE_FP}
-    summary, records = d.summarize(run_dir, run, final, baseline, level="L1", base_model=BASE)
+    summary, records = summarize(run_dir, run, final, baseline, level="L1", base_model=BASE)
     return run_dir, summary, records
 
 
@@ -387,7 +395,7 @@ def test_summary_json(summarized):
 
 def test_summary_jsonl_records(summarized):
     _, _, records = summarized
-    lines = [d.jsonl_record(r) for r in records]
+    lines = [jsonl_record(r) for r in records]
     assert [list(r)[:9] for r in lines] == [
         ["iteration", "timestamp", "duration_s", "status", "exit_code", "score", "improvement", "train_type", "failure_type"]
     ] * 5
@@ -415,7 +423,7 @@ def test_summary_jsonl_records(summarized):
 
 def test_summary_markdown(summarized):
     _, summary, records = summarized
-    text = d.summary_markdown(summary, records)
+    text = summary_markdown(summary, records)
     assert text.startswith("# gsm8k / tiny / agent / seed 0\n")
     assert "- route: SFT+RL (coding success: yes, improvement success: yes)" in text
     assert "valid_submission_rate 0.6, first_valid_idx 1, first_valid_delay 100," in text
@@ -434,21 +442,21 @@ def test_summary_of_a_run_without_submissions(tmp_path):
     run_dir, run = make_run(tmp_path, [refused(1, 5.0, "outside_workspace")], {}, {})
     write_json(run_dir / "workspace" / "run_meta.json", {**META, "last_submit_time": None})
     final = {"baseline_score": BASELINE, "score": None, "delta": None}
-    summary, records = d.summarize(run_dir, run, final, {"score": BASELINE, "fingerprint": BASE_FP}, level="L1")
+    summary, records = summarize(run_dir, run, final, {"score": BASELINE, "fingerprint": BASE_FP}, level="L1")
     assert records == []
     assert summary["route"] == "Placeholder/Missing" and summary["coding_success"] is False
     assert summary["improvement_success"] is False and summary["failure_type"] == "timeout_no_submission"
     assert summary["metrics"]["copy_model_count"] == 0  # the base model directory was found under models/
     assert summary["metrics"]["last_submit_gap"] is None and summary["submissions"] == 0
     assert summary["metrics_extra"]["requests"] == 1
-    assert d.summary_markdown(summary, records).rstrip().endswith("No submission was recorded.")
+    assert summary_markdown(summary, records).rstrip().endswith("No submission was recorded.")
 
 
 def test_summary_of_a_copy_run(tmp_path):
     ledger = [entry(1, 60.0, BASELINE, path="output/base", fp=BASE_FP)]
     run_dir, run = make_run(tmp_path, ledger, {1: {"agent/copy_agent.py": "shutil.copyfile(a, b)\n"}}, {})
     final = {"baseline_score": BASELINE, "score": BASELINE, "delta": 0.0}
-    summary, records = d.summarize(run_dir, run, final, {"score": BASELINE, "fingerprint": BASE_FP}, "L1", BASE)
+    summary, records = summarize(run_dir, run, final, {"score": BASELINE, "fingerprint": BASE_FP}, "L1", BASE)
     assert [r["train_type"] for r in records] == ["Copy"]
     assert summary["route"] == "Copy" and summary["failure_type"] == "copy_model_fallback"
     assert summary["metrics"]["copy_model_count"] == 0  # saved under output/: not the base directory
@@ -458,11 +466,11 @@ def test_summary_of_a_copy_run(tmp_path):
 def test_collect_artifacts(tmp_path):
     ledger = [refused(1, 5.0, "outside_workspace"), entry(2, 60.0, 45.0), failed(3, 90.0)]
     run_dir, _ = make_run(tmp_path, ledger, {2: {"train.py": GRPO_CODE}}, {"train.py": GRPO_CODE})
-    artifacts = d.collect_artifacts(run_dir, {"model": BASE})
+    artifacts = collect_artifacts(run_dir, {"model": BASE})
     assert (artifacts["requests"], artifacts["submissions"], artifacts["scored_submissions"]) == (3, 2, 1)
     assert artifacts["base_model"] == BASE and artifacts["final_code_route"] == "GRPO"
     assert artifacts["snapshots"] == ["0002"] and artifacts["code_files"] == ["code/train.py"]
-    assert d.collect_artifacts(run_dir)["base_model"] == BASE  # found under models/ without a manifest
+    assert collect_artifacts(run_dir)["base_model"] == BASE  # found under models/ without a manifest
 
 
 def test_key_configuration(tmp_path):
@@ -475,7 +483,7 @@ def test_key_configuration(tmp_path):
             "conf.yaml": "batch_size: 16\n",
         },
     )
-    assert d.key_configuration(root) == {
+    assert key_configuration(root) == {
         "learning_rate": "lr",
         "lr": 'env_float("LR", 1e-5)',
         "max_steps": "int(n * 2)",
@@ -483,4 +491,4 @@ def test_key_configuration(tmp_path):
         "num_generations": "4",
         "beta": "0.04",
     }
-    assert d.key_configuration(None) == {}
+    assert key_configuration(None) == {}

@@ -5,6 +5,7 @@ submission, a summary written before the timeline / budget_s fields existed, and
 from __future__ import annotations
 
 import csv
+import html
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,19 +13,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rlbench.analysis.tables import BLANK_MD, build_tables, config_key, config_label, delta_at_cut, write_tables
-from rlbench.analysis.figures import (
-    budget_points,
-    budget_scaling,
-    cell_text,
-    delta_heatmap,
-    heatmap_cells,
-    route_counts,
-    route_distribution,
-    run_points,
-    score_trajectories,
-)
+from rlbench.analysis.catalogue import FIGURES, ITEMS, TABLES, build_tables
+from rlbench.analysis.figures import budget_points, cell_text, heatmap_cells, route_counts, run_points
 from rlbench.analysis.html import write_index
+from rlbench.analysis.stats import config_key, config_label, delta_at_cut
+from rlbench.analysis.tablefiles import BLANK_MD, write_tables
+from rlbench.config import report_settings
 
 BUDGET = 3600.0
 BAND = 0.5
@@ -35,7 +29,7 @@ def item(i: int, since: float | None, score: float, scored: bool = True, train_t
 
 
 def run(task, agent, seed, delta, timeline, *, model="tiny", baseline=10.0, route="SFT-only", mode="free", band=BAND) -> dict:
-    """A summary.json as diagnostics.summarize writes it, with the new fields."""
+    """A summary.json as summary.summarize writes it, with the new fields."""
     scores = [t["score"] for t in timeline]
     return {
         "labels": {"task": task, "model": model, "agent": agent, "seed": str(seed)},
@@ -82,11 +76,13 @@ NO_SUBMISSION = run("alfworld", "copy", 0, 0.0, [], baseline=40.0, route="Placeh
 OLD = old_run("gsm8k", "grpo", 0, 2.0, [11.0, 0.0, 12.0])
 ALL = SFT + [COPY_GSM8K, SFT_ALF, NO_SUBMISSION, OLD]
 
-FIGURES = {
-    "score_trajectories": (lambda s, png, svg: score_trajectories(s, png, svg), "Score of each evaluated submission"),
-    "delta_heatmap": (lambda s, png, svg: delta_heatmap(s, png, svg), "Δ over the base model"),
-    "budget_scaling": (lambda s, png, svg: budget_scaling(s, [0.25, 0.5, 1.0], png, svg), "Budget scaling"),
-    "route_distribution": (lambda s, png, svg: route_distribution(s, png, svg), "Route each run took"),
+SETTINGS = report_settings()  # the schema's defaults: budget cuts 0.25, 0.5, 1; 2 decimals
+# The start of the title each figure of the catalogue draws (text of its SVG).
+DRAWN_TITLES = {
+    "score_trajectories": "Score of each evaluated submission",
+    "delta_heatmap": "Δ over the base model",
+    "budget_scaling": "Budget scaling",
+    "route_distribution": "Route each run took",
 }
 CASES = {
     "all": ALL,
@@ -107,9 +103,14 @@ def svg_text(path: Path) -> str:
 
 
 def draw(name: str, summaries: list[dict], out: Path) -> tuple[Path, Path]:
+    """The catalogue's figure `name` drawn by its builder with the default settings."""
     png, svg = out / f"{name}.png", out / f"{name}.svg"
-    FIGURES[name][0](summaries, png, svg)
+    FIGURES[name].builder(summaries, SETTINGS, png, svg)
     return png, svg
+
+
+def test_every_figure_of_the_catalogue_draws_a_known_title():
+    assert set(DRAWN_TITLES) == set(FIGURES)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_every_figure_writes_a_png_and_an_svg(tmp_path, drawn_all, name, case):
         colours = image.convert("RGB").getcolors(maxcolors=1 << 24)
         assert len(colours) > 1, "a single-colour image"
     text = svg_text(svg)
-    assert FIGURES[name][1] in text
+    assert DRAWN_TITLES[name] in text
     if case == "empty":
         assert "no runs" in text
 
@@ -154,7 +155,7 @@ def test_heatmap_cells_are_the_mean_delta_over_seeds():
 
 
 def test_heatmap_cells_match_the_delta_matrix_table():
-    """The figure and the table show the same numbers (both from rlbench.analysis.tables)."""
+    """The figure and the table show the same numbers (both from rlbench.analysis.stats)."""
     cells = heatmap_cells(ALL)["tiny"]
     rows = build_tables(ALL)["delta_matrix"].rows
     assert len(rows) == len(cells)
@@ -284,7 +285,7 @@ def test_figures_accept_odd_summaries(tmp_path):
     assert run_points(odd) == {"x": [1, 2], "y": [5.0, 0.0], "failed_x": [], "hours": False}
     for name in FIGURES:
         png, svg = draw(name, [odd], tmp_path)
-        assert png.stat().st_size > 0 and FIGURES[name][1] in svg_text(svg)
+        assert png.stat().st_size > 0 and DRAWN_TITLES[name] in svg_text(svg)
 
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
@@ -345,8 +346,6 @@ def test_write_index_without_tables_or_figures(tmp_path):
 def test_write_index_from_the_analysis_tables(tmp_path, drawn_all):
     """The page from the tables rule aggregate writes (rlbench.analysis.tables): the paper's leaderboard with
     the tasks as columns, each table's title as its heading and its notes under it."""
-    from rlbench.analysis.tables import build_tables, write_tables
-
     report = tmp_path / "report"
     paths = write_tables(build_tables(ALL), report)
     tables = {p.stem: p for p in paths if p.suffix == ".csv"}
@@ -383,16 +382,16 @@ def test_write_index_escapes_labels_from_runs(tmp_path):
 def test_index_tables_show_the_markdown_cells_with_the_configured_decimals(tmp_path):
     """index.html shows a table as its Markdown does: 68.00 (not the CSV's 68.0), 4 decimals where
     the table asks for them, blanks as the blank mark, an escaped pipe as a pipe."""
-    from rlbench.analysis.tables import Table
     from rlbench.analysis.html import read_markdown_table, render_index
+    from rlbench.analysis.tablefiles import Table
 
     report = tmp_path / "report"
     table = Table(
-        "leaderboard_paper",
-        "Leaderboard",
         ["agent", "score", "cost_usd", "n"],
         [{"agent": "sft | v2", "score": 68.0, "cost_usd": 0.00123, "n": 3}, {"agent": "copy", "score": None, "cost_usd": None, "n": 1}],
         ["A note."],
+        name="leaderboard_paper",
+        title="Leaderboard",
         decimals=2,
         column_decimals={"cost_usd": 4},
     )
@@ -403,3 +402,30 @@ def test_index_tables_show_the_markdown_cells_with_the_configured_decimals(tmp_p
     page = render_index(report, {"leaderboard_paper": report / "leaderboard_paper.csv"}, {})
     assert '<td class="num">68.00</td>' in page and '<td class="num">0.0012</td>' in page
     assert "<td>sft | v2</td>" in page and page.count('<td class="blank">') == 2
+
+
+def test_every_catalogue_item_is_written_and_on_the_page(tmp_path):
+    """What rules aggregate and report_figures do, from the catalogue alone: every item's files are written
+    and non-empty, and the page shows every item in the catalogue's order, each figure with its caption."""
+    report = tmp_path / "report"
+    tables = build_tables(ALL, SETTINGS)
+    for name, item in TABLES.items():
+        write_tables({name: tables[name]}, report)
+    for name, item in FIGURES.items():
+        png, svg = (report / path for path in item.files.values())
+        item.builder(ALL, SETTINGS, png, svg)
+    page = write_index(report, {name: report / f"{name}.csv" for name in TABLES},
+                       {name: report / next(iter(item.files.values())) for name, item in FIGURES.items()}).read_text()
+    written = [report / path for item in ITEMS for path in item.files.values()]
+    assert sorted(written) == sorted(p for p in report.rglob("*") if p.is_file() and p.name != "index.html")
+    assert all(p.stat().st_size > 0 for p in written)
+    positions = []
+    for item in ITEMS:
+        assert item.caption and item.caption_path.parent.name == "report", item.name
+        section = page.index(f'<section id="{item.kind}-{item.name.replace("_", "-")}">')
+        positions.append(section)
+        # a table's heading is its Markdown's title, which the catalogue gives; a figure's caption follows it
+        assert page.startswith(f"<h2>{html.escape(item.title)}</h2>", page.index("<h2>", section))
+        if item.kind == "figure":
+            assert html.escape(item.caption, quote=True) in page
+    assert positions == sorted(positions)

@@ -37,7 +37,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlbench.grader.app import DRAIN_MAX_BYTES, MAX_BODY_BYTES
+from rlbench.grader.http import DRAIN_MAX_BYTES, MAX_BODY_BYTES
 from rlbench.recording.ledger import reference_view
 
 GPUS = ["0", "1"]

@@ -26,8 +26,9 @@ import requests
 from safetensors.torch import save_file
 
 from rlbench.evaluation.request import EvaluationError, GraderFault, read_outcome
-from rlbench.grader import app as grader_app
-from rlbench.grader.app import MAX_BODY_BYTES
+from rlbench.grader import grading as grader_grading
+from rlbench.grader.http import MAX_BODY_BYTES
+from rlbench.grader.visible import PRIVATE_FIELDS
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.ledger import MODEL_PATH_MAX_CHARS, is_submission, reference_view
 from support.grader import (
@@ -184,7 +185,7 @@ def test_failures_inside_the_grader_still_record_the_submission(workspace, start
         raise RuntimeError("injected failure")
 
     # A bug before the evaluation: a retryable grader error, not the agent's fault.
-    monkeypatch.setattr(grader_app, "resolve_submission", boom)
+    monkeypatch.setattr(grader_grading, "resolve_submission", boom)
     response = requests.post(f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=60)
     body = assert_refused(response, 503, "grader_error")
     assert body["status"] == "grader_error" and body["retryable"] is True
@@ -518,10 +519,10 @@ def test_symlinked_code_dir_is_not_copied(workspace, start_grader, tiny_model, g
 
 
 def test_code_snapshot_is_bounded(workspace, start_grader, tiny_model, monkeypatch):
-    from rlbench.grader import checks
+    from rlbench.grader import snapshot
 
-    monkeypatch.setattr(checks, "CODE_SNAPSHOT_MAX_FILES", 5)
-    monkeypatch.setattr(checks, "CODE_SNAPSHOT_MAX_TOTAL_BYTES", 1000)
+    monkeypatch.setattr(snapshot, "CODE_SNAPSHOT_MAX_FILES", 5)
+    monkeypatch.setattr(snapshot, "CODE_SNAPSHOT_MAX_TOTAL_BYTES", 1000)
     server = start_grader(workspace)
     copy_model(tiny_model, workspace / "output" / "base")
     for i in range(20):
@@ -537,14 +538,14 @@ def test_code_snapshot_is_bounded(workspace, start_grader, tiny_model, monkeypat
 # -- 9. what is checked is what is copied (no time-of-check/time-of-use race) ---------------------------------
 def swap_after_check(monkeypatch, swap) -> None:
     """Run `swap` right after resolve_submission has checked the submission: the race, won every time."""
-    real = grader_app.resolve_submission
+    real = grader_grading.resolve_submission
 
     def checked_then_swapped(workspace, model_path):
         resolved = real(workspace, model_path)
         swap()
         return resolved
 
-    monkeypatch.setattr(grader_app, "resolve_submission", checked_then_swapped)
+    monkeypatch.setattr(grader_grading, "resolve_submission", checked_then_swapped)
 
 
 def test_file_swapped_for_a_link_after_the_check_is_not_copied(
@@ -621,7 +622,7 @@ def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, star
     server.grader.config.eval_dir = split
     perturb(copy_model(tiny_model, workspace / "output" / "v1"))
     statuses = []
-    for attempt in range(1, grader_app.GRADER_FAULTS_RETRIED + 2):
+    for attempt in range(1, grader_grading.GRADER_FAULTS_RETRIED + 2):
         phase_file = server.grader.snapshots / f"{attempt:04d}" / "eval" / "phase.json"
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = pool.submit(requests.post, f"{server.url}/submit", json={"model_path": "output/v1"}, timeout=300)
@@ -636,7 +637,7 @@ def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, star
             wait_for(lambda: pool_workers(server))[0].send_signal(signal.SIGKILL)
             response = pending.result()
         statuses.append((response.status_code, response.json()["reason"]))
-    assert statuses == [(503, "grader_error")] * grader_app.GRADER_FAULTS_RETRIED + [(422, "evaluation_failed")]
+    assert statuses == [(503, "grader_error")] * grader_grading.GRADER_FAULTS_RETRIED + [(422, "evaluation_failed")]
     body = response.json()
     assert "killed" in body["error"] and "out of memory" in body["error"] and "retryable" not in body
     entries = assert_consistent(server)
@@ -647,8 +648,9 @@ def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, star
 # -- 11. a flood of requests costs each one the same ------------------------------------------------------------
 def test_agent_files_are_cheap_and_bounded(workspace, start_grader, monkeypatch):
     from rlbench.fileio import jsonio
+    from rlbench.grader import visible
 
-    monkeypatch.setattr(grader_app, "SUBMISSIONS_SHOWN", 5)
+    monkeypatch.setattr(visible, "SUBMISSIONS_SHOWN", 5)
     server = start_grader(workspace)
     fsyncs = []
     real_fsync = os.fsync
@@ -661,7 +663,7 @@ def test_agent_files_are_cheap_and_bounded(workspace, start_grader, monkeypatch)
     assert ours["requests"] == 8 and ours["total_submissions"] == 4 and ours["submissions_shown"] == 5
     assert [e["submission_id"] for e in ours["submissions"]] == [4, 5, 6, 7, 8]  # the most recent
     assert ours["submissions"][-1] == {k: v for k, v in entries[-1].items()
-                                       if k not in grader_app.PRIVATE_FIELDS + ("best", "total_submissions")}
+                                       if k not in PRIVATE_FIELDS + ("best", "total_submissions")}
 
 
 def test_fifo_in_a_checkpoint_is_refused_without_blocking(workspace, start_grader, tiny_model):

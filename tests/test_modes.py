@@ -1,7 +1,7 @@
 """Operating modes audited from the recorded code: free never violates, sft-only forbids RL and
 preference methods, rl-only forbids SFT without RL (and a trained run without any RL method).
 
-Real TRL code snippets, read by diagnostics.training_methods; then summaries of runs the grader
+Real TRL code snippets, read by agent_code.training_methods; then summaries of runs the grader
 recorded (code.git), summary.md and the leaderboard's mode columns.
 """
 
@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from rlbench.summaries import diagnostics as d
-from rlbench.grader.checks import fingerprint
+import rlbench.summaries.summary
+from rlbench.summaries.agent_code import training_methods
+from rlbench.summaries.markdown import summary_markdown
+from rlbench.grader.fingerprint import fingerprint
 from rlbench.fileio.jsonio import read_json, read_jsonl, write_json
 from rlbench.summaries.modes import FINAL, audit_mode
 from rlbench.analysis.report import LEADERBOARD_COLUMNS, write_leaderboard
@@ -43,7 +45,7 @@ def methods(tmp_path: Path, name: str, files: dict[str, str]) -> set[str]:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    return d.training_methods(root)
+    return training_methods(root)
 
 
 @pytest.fixture
@@ -151,7 +153,8 @@ def recorded_run(workspace, start_grader, tiny_model, mode: str, steps: list[dic
 def summarize(run_dir: Path, tiny_model: Path, **kw) -> tuple[dict, list[dict]]:
     final = {"baseline_score": 0.0, "score": 0.0, "delta": 0.0}
     baseline = {"score": 0.0, "fingerprint": fingerprint(tiny_model)}
-    return d.summarize(run_dir, read_json(run_dir / "run.json"), final, baseline, level="L1", **kw)
+    run = read_json(run_dir / "run.json")
+    return rlbench.summaries.summary.summarize(run_dir, run, final, baseline, level="L1", **kw)
 
 
 def test_sft_only_run_with_grpo_code_is_a_violation(workspace, start_grader, tiny_model, tmp_path):
@@ -172,7 +175,7 @@ def test_sft_only_run_with_grpo_code_is_a_violation(workspace, start_grader, tin
     assert [r["submission_id"] for r in audit["revisions"]] == [1, 2, FINAL]
     revisions = [e["code_revision"] for e in read_jsonl(run_dir / "grader" / "ledger.jsonl")]
     assert all(revisions)
-    text = d.summary_markdown(summary, records)
+    text = summary_markdown(summary, records)
     assert (
         "- mode: sft-only: **MODE VIOLATION**" in text and "  - submission 2: sft-only, but the code uses grpo" in text
     )
@@ -191,7 +194,7 @@ def test_rl_only_run_with_a_warm_up_is_fine(workspace, start_grader, tiny_model)
     summary, records = summarize(run_dir, tiny_model)
     assert summary["mode"] == "rl-only" and summary["mode_audit"]["violation"] is False
     assert summary["mode_audit"]["methods_used"] == ["grpo", "sft"]
-    assert "- mode: rl-only (no violation; training methods in the code: grpo, sft)" in d.summary_markdown(
+    assert "- mode: rl-only (no violation; training methods in the code: grpo, sft)" in summary_markdown(
         summary, records
     )
 

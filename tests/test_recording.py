@@ -21,26 +21,22 @@ from pathlib import Path
 import pytest
 import requests
 
-from rlbench import cli, recording
-from rlbench.summaries import diagnostics as d
-from rlbench.grader.checks import (
-    checkpoint_files,
+from rlbench import cli
+from rlbench.summaries.artifacts import collect_artifacts
+from rlbench.grader.fingerprint import (
     checkpoint_manifest,
     fingerprint,
     fingerprint_matches,
-    legacy_fingerprint,
     manifest_fingerprint,
     workspace_checkpoint_manifest,
 )
+from rlbench.grader.submission import checkpoint_files
 from rlbench.fileio.jsonio import read_json, read_jsonl, write_json
-from rlbench.recording.repository import (
-    CODE_GIT,
-    CodeRepository,
-    ResourceSampler,
-    summarize_trace,
-    tree_of,
-    workspace_usage,
-)
+from rlbench.recording import repository
+from rlbench.recording.reconstruct import reconstruct
+from rlbench.recording.repository import CODE_GIT, CodeRepository, code_revisions, git_env
+from rlbench.recording.trace import ResourceSampler, summarize_trace, tree_of
+from rlbench.recording.workspace_state import workspace_usage
 from support.models import copy_model
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -53,22 +49,10 @@ def submit(server, model_path: str) -> dict:
 
 
 def git(git_dir: Path, *args: str) -> str:
-    env = recording.git_env(git_dir)
+    env = git_env(git_dir)
     return subprocess.run(
         ["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True, check=True, env=env
     ).stdout
-
-
-def old_fingerprint(model_dir: Path) -> str:
-    """fingerprint() as it was before the manifest-based definition: what earlier ledgers hold."""
-    digest = hashlib.sha256()
-    for rel in checkpoint_files(model_dir):
-        digest.update(os.fsencode(rel) + b"\0")
-        with open(model_dir / rel, "rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-        digest.update(b"\0")
-    return digest.hexdigest()
 
 
 # -- code revisions ------------------------------------------------------------------------------
@@ -105,12 +89,12 @@ def test_each_submission_commits_the_code_as_it_was(workspace, start_grader, tin
         assert int(authored) == int(committed) == int(entry["submitted_at"])
     assert (
         subprocess.run(
-            ["git", "--git-dir", str(git_dir), "fsck", "--strict"], capture_output=True, env=recording.git_env(git_dir)
+            ["git", "--git-dir", str(git_dir), "fsck", "--strict"], capture_output=True, env=git_env(git_dir)
         ).returncode
         == 0
     )
     # The grader's own reading of the repository, as collect_artifacts records it.
-    assert [(r["sha"], r["submission"]) for r in recording.code_revisions(git_dir.parent)] == list(
+    assert [(r["sha"], r["submission"]) for r in code_revisions(git_dir.parent)] == list(
         zip(revisions, [1, 2, 3])
     )
 
@@ -126,7 +110,7 @@ def test_a_relative_grader_dir_works_from_anywhere(tmp_path, monkeypatch):
     assert (tmp_path / "results/runs/t/m/a/0/grader" / CODE_GIT / "HEAD").is_file()
     assert sorted(p.name for p in (tmp_path / "results/runs/t/m/a/0/grader").iterdir()) == [CODE_GIT]
     assert repo.show(sha, "train.py") == b"x = 1\n"
-    assert [r["sha"] for r in recording.code_revisions(Path("results/runs/t/m/a/0/grader"))] == [sha]
+    assert [r["sha"] for r in code_revisions(Path("results/runs/t/m/a/0/grader"))] == [sha]
 
 
 def test_an_unchanged_or_missing_code_dir_still_gets_a_revision(workspace, start_grader, tiny_model):
@@ -157,7 +141,7 @@ def test_concurrent_submissions_get_distinct_commits_in_one_line(workspace, star
     assert sorted(messages) == sorted(f"submission {b['submission_id']}" for b in bodies)
     assert (
         subprocess.run(
-            ["git", "--git-dir", str(git_dir), "fsck", "--strict"], capture_output=True, env=recording.git_env(git_dir)
+            ["git", "--git-dir", str(git_dir), "fsck", "--strict"], capture_output=True, env=git_env(git_dir)
         ).returncode
         == 0
     )
@@ -237,7 +221,7 @@ def test_a_code_dir_that_is_a_link_records_an_empty_revision(workspace, start_gr
 def test_without_git_the_submission_is_answered_and_the_revision_is_null(
     workspace, start_grader, tiny_model, monkeypatch
 ):
-    monkeypatch.setattr(recording, "shutil", types.SimpleNamespace(which=lambda name: None))
+    monkeypatch.setattr(repository, "shutil", types.SimpleNamespace(which=lambda name: None))
     server = start_grader(workspace)
     copy_model(tiny_model, workspace / "output" / "v1")
     body = submit(server, "output/v1")
@@ -268,11 +252,9 @@ def test_checkpoint_record_per_submission(workspace, start_grader, tiny_model):
     assert abs(record["recorded_at"] - time.time()) < 120
 
 
-def test_fingerprints_recorded_before_the_manifest_definition_still_match(tiny_model):
+def test_the_fingerprint_is_the_manifests_and_matches_itself(tiny_model):
     manifest = checkpoint_manifest(tiny_model)
     assert fingerprint(tiny_model) == manifest["fingerprint"] == manifest_fingerprint(manifest["files"])
-    assert legacy_fingerprint(tiny_model) == old_fingerprint(tiny_model) != fingerprint(tiny_model)
-    assert fingerprint_matches(tiny_model, old_fingerprint(tiny_model))  # a run recorded before
     assert fingerprint_matches(tiny_model, fingerprint(tiny_model))
     assert not fingerprint_matches(tiny_model, "0" * 64)
 
@@ -423,7 +405,7 @@ def recorded_run(workspace, start_grader, tiny_model) -> Path:
 def test_collect_artifacts_records_the_final_state(workspace, start_grader, tiny_model):
     run_dir = recorded_run(workspace, start_grader, tiny_model)
     (workspace / "output" / "link").symlink_to(tiny_model, target_is_directory=True)  # not followed
-    artifacts = d.collect_artifacts(run_dir, read_json(run_dir / "workspace.json"))
+    artifacts = collect_artifacts(run_dir, read_json(run_dir / "workspace.json"))
     json.dumps(artifacts)
     entries = list(read_jsonl(run_dir / "grader" / "ledger.jsonl"))
     assert [(r["sha"], r["submission"]) for r in artifacts["code_revisions"]] == [
@@ -451,7 +433,7 @@ def test_reconstruct_a_run_from_its_record(workspace, start_grader, tiny_model, 
     (run_dir / "gateway" / "transcript.jsonl").write_text('{"role": "user"}\n{"role": "assistant"}\n')
     shutil.rmtree(workspace / "code")  # the code at each submission comes from code.git alone
     shutil.rmtree(run_dir / "grader" / "snapshots" / "0001" / "code")
-    story = recording.reconstruct(run_dir)
+    story = reconstruct(run_dir)
     assert story["prompt"]["text"] == "Improve the model.\n" and story["transcript"]["records"] == 2
     assert story["mode"] == "sft-only" and story["missing"] == []
     assert [s["code_files"] for s in story["submissions"]] == [["sft.py"], ["grpo.py", "sft.py"]]
@@ -466,7 +448,7 @@ def test_reconstruct_a_run_from_its_record(workspace, start_grader, tiny_model, 
 
 
 def test_reconstruct_says_what_is_missing(tmp_path):
-    story = recording.reconstruct(tmp_path)
+    story = reconstruct(tmp_path)
     assert story["submissions"] == [] and story["prompt"] is None and story["transcript"] is None
     assert set(story["missing"]) == {
         "agent/prompt.md",

@@ -368,8 +368,8 @@ class TestGpuParameter:
 
     def test_locks_are_taken_in_one_order(self, workspace, start_grader):
         grader = start_grader(workspace, gpus=["10", "2", "3"]).grader
-        assert grader._locks_for(["3", "2"]) == grader._locks_for(["2", "3"])
-        assert grader._locks_for(["10", "2"]) == [grader._gpu_locks["2"], grader._gpu_locks["10"]]
+        assert grader.gpu_locks.locks_for(["3", "2"]) == grader.gpu_locks.locks_for(["2", "3"])
+        assert grader.gpu_locks.locks_for(["10", "2"]) == [grader.gpu_locks.locks["2"], grader.gpu_locks.locks["10"]]
 
     def test_cpu_grader_refuses_any_gpu_and_accepts_none(self, workspace, start_grader, tiny_model):
         server = start_grader(workspace)

@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.summaries import diagnostics as d
+import rlbench.summaries.summary
+from rlbench.summaries.agent_code import code_texts, key_configuration
+from rlbench.summaries.iterations import jsonl_record
+from rlbench.summaries.markdown import _fenced, summary_markdown
+from rlbench.summaries.stories import DIFF_MAX_LINES, code_diff, key_code_lines, training_snippet
 from rlbench.summaries import narrative as n
 from rlbench.scoring.judges import Answer, Judge
 from rlbench.summaries.run_report import (
@@ -55,7 +59,7 @@ BASELINE_INFO = {"score": BASELINE, "fingerprint": BASE_FP}
 
 def summarize(run_dir, run, final=None, level="L1", **kw):
     final = final or {"baseline_score": BASELINE, "score": None, "delta": None}
-    return d.summarize(run_dir, run, final, BASELINE_INFO, level=level, base_model=BASE, **kw)
+    return rlbench.summaries.summary.summarize(run_dir, run, final, BASELINE_INFO, level=level, base_model=BASE, **kw)
 
 
 @pytest.fixture
@@ -122,7 +126,7 @@ def test_overview_without_submissions_or_meta(tmp_path):
 
 def test_jsonl_keeps_the_reference_fields_and_leaves_out_long_text(four):
     _, _, records = four
-    line = d.jsonl_record(records[2])
+    line = jsonl_record(records[2])
     assert list(line)[:9] == [
         "iteration", "timestamp", "duration_s", "status", "exit_code", "score", "improvement", "train_type", "failure_type"
     ]  # fmt: skip
@@ -137,7 +141,7 @@ def section(text: str, iteration: int) -> str:
 
 def test_markdown_what_and_why(four):
     _, summary, records = four
-    text = d.summary_markdown(summary, records)
+    text = summary_markdown(summary, records)
     one, two, three, four_ = (section(text, i) for i in (1, 2, 3, 4))
     assert "- what was done: first recorded code: 1 file(s) (train.py); training type SFT-only; " \
         "configuration learning_rate=1e-5, num_train_epochs=2\n" in one  # fmt: skip
@@ -161,7 +165,7 @@ def test_markdown_what_and_why(four):
 
 def test_markdown_key_code_snippet_and_diff(four):
     _, summary, records = four
-    three = section(d.summary_markdown(summary, records), 3)
+    three = section(summary_markdown(summary, records), 3)
     assert (
         "- key code lines:\n"
         "  - `grpo.py:1: from trl import GRPOConfig, GRPOTrainer`\n"
@@ -183,7 +187,7 @@ def test_markdown_key_code_snippet_and_diff(four):
         *("-" + line for line in SFT_V2.splitlines()),
     ]  # data.py did not change: not in the diff
     assert three.rstrip().endswith("</details>")
-    two = section(d.summary_markdown(summary, records), 2)
+    two = section(summary_markdown(summary, records), 2)
     assert "-args = SFTConfig(learning_rate=1e-5, num_train_epochs=2)\n+args = SFTConfig(learning_rate=5e-6" in two
 
 
@@ -192,17 +196,17 @@ def test_markdown_is_deterministic(tmp_path):
     for name in ("a", "b"):
         run_dir, run = make_run(tmp_path / name, [entry(1, 60.0, 45.0)], {1: {"train.py": SFT_V1}}, {})
         summary, records = summarize(run_dir, run)
-        texts.append(d.summary_markdown(summary, records))
+        texts.append(summary_markdown(summary, records))
     assert texts[0] == texts[1]
 
 
 def test_code_diff_is_capped():
     new = {"big.py": "".join(f"x{i}\n" for i in range(300))}
-    lines = d.code_diff({}, new, "a", "b").splitlines()
+    lines = code_diff({}, new, "a", "b").splitlines()
     # 303 lines in all (two file headers, one hunk header, 300 added): 200 shown, then a note.
-    assert len(lines) == d.DIFF_MAX_LINES + 1 == 201
+    assert len(lines) == DIFF_MAX_LINES + 1 == 201
     assert lines[-1] == "... (103 more diff lines not shown)"
-    assert d.code_diff(new, new, "a", "b") == ""
+    assert code_diff(new, new, "a", "b") == ""
 
 
 # -- interactive (L3) failure types ------------------------------------------------------------------
@@ -326,7 +330,7 @@ def test_no_interactive_failure_when_improved_or_not_l3(tmp_path):
 def test_markdown_shows_the_interactive_failure(tmp_path):
     run_dir, run = make_run(tmp_path, [entry(1, 100.0, BASELINE)], {1: {"sft.py": SFT_ONLY}}, {})
     summary, records = summarize(run_dir, run, level="L3")
-    text = d.summary_markdown(summary, records)
+    text = summary_markdown(summary, records)
     assert (
         "- interactive failure: static_shortcut_without_transfer\n"
         "  - evidence: route SFT-only: trained on a static dataset, no online interaction\n"
@@ -380,7 +384,7 @@ def test_narrative_is_cached_and_marked_generated(four, tmp_path):
     assert summary["narrative"] == {"generated": True, "model": "fake-llm", "cached": False}
     assert records[0]["narrative"] == {"generated": True, "model": "fake-llm", "text": "It trained. Iteration 1: status"}
     assert len(list((tmp_path / "cache").rglob("*.json"))) == 4  # one file per prompt hash
-    text = d.summary_markdown(summary, records)
+    text = summary_markdown(summary, records)
     assert "- narrative (generated by fake-llm, an LLM; not checked): It trained. Iteration 3: status\n" in text
     # A rerun (a new judge object on the same cache) asks the backend nothing.
     again = FakeJudge(cache_dir=tmp_path / "cache")
@@ -477,16 +481,16 @@ def test_key_lines_skip_docstrings_and_strings_and_configuration_resolves_names(
         "    trainer = SFTTrainer(model='m', args=args, peft_config=LoraConfig(task_type='CAUSAL_LM', r=16))\n"  # 9
         "    trainer.train()\n"  # 10
     )
-    texts = d.code_texts(code)
-    lines = d.key_code_lines(texts)
+    texts = code_texts(code)
+    lines = key_code_lines(texts)
     assert [line.split(":")[1] for line in lines] == ["2", "8", "9", "10"], lines  # not the def line
-    assert d.training_snippet(texts)["line"] == 10
-    config = d.key_configuration(code)
+    assert training_snippet(texts)["line"] == 10
+    config = key_configuration(code)
     assert config["learning_rate"] == "LR (= 2e-5)" and config["lr"] == "LR (= 2e-5)"
     assert config["max_steps"] == "max_steps"  # the annotation `max_steps: int` is not a value
     assert config["lora_r"] == "16"  # peft's LoraConfig(r=...)
 
 
 def test_code_blocks_outlast_any_backtick_run_inside():
-    assert d._fenced("x = 1", "python") == ["```python", "x = 1", "```"]
-    assert d._fenced('s = """````"""', "diff") == ["`````diff", 's = """````"""', "`````"]
+    assert _fenced("x = 1", "python") == ["```python", "x = 1", "```"]
+    assert _fenced('s = """````"""', "diff") == ["`````diff", 's = """````"""', "`````"]

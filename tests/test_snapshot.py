@@ -1,4 +1,4 @@
-"""The grader's snapshot of a submission and its fingerprint, taken in one read (grader.checks).
+"""The grader's snapshot of a submission and its fingerprint, taken in one read (grader.snapshot, grader.fingerprint).
 
 take_snapshot copies (or clones) the checkpoint following no link and hashes it in the same pass;
 its manifest must be exactly checkpoint_manifest of the copy, the fingerprint must follow from the
@@ -17,19 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.grader import checks
-from rlbench.grader.checks import (
-    SubmissionRefused,
-    checkpoint_files,
+from rlbench.grader import fingerprint as grader_fingerprint
+from rlbench.grader import snapshot as grader_snapshot
+from rlbench.grader.fingerprint import (
     checkpoint_manifest,
     fingerprint,
     fingerprint_matches,
-    legacy_fingerprint,
     manifest_fingerprint,
-    snapshot_checkpoint,
-    take_snapshot,
     workspace_checkpoint_manifest,
 )
+from rlbench.grader.snapshot import snapshot_checkpoint, take_snapshot
+from rlbench.grader.submission import SubmissionRefused, checkpoint_files
 
 ODD_NAME = os.fsdecode(b"odd \xff\n name.json")  # not UTF-8, a newline, spaces: still one file
 
@@ -87,8 +85,8 @@ LAYOUTS = ["single", "shards", "subdirectory", "empty_files", "odd_names"]
 def block(request, monkeypatch):
     """Both ways a file is streamed: whole in one block, or through the threads block by block."""
     if request.param == "pipelined":
-        monkeypatch.setattr(checks, "STREAM_BLOCK", 4096)
-        monkeypatch.setattr(checks, "STREAM_BUFFERS", 3)
+        monkeypatch.setattr(grader_fingerprint, "STREAM_BLOCK", 4096)
+        monkeypatch.setattr(grader_fingerprint, "STREAM_BUFFERS", 3)
     return request.param
 
 
@@ -160,32 +158,20 @@ def test_manifest_encoding_is_unambiguous():
     one = manifest_fingerprint([{"name": "a.json", "size": 12, "sha256": sha}])
     assert one != manifest_fingerprint([{"name": "a.json", "size": 1, "sha256": sha}])
     assert one != manifest_fingerprint([{"name": "a.json1", "size": 2, "sha256": sha}])
-    assert manifest_fingerprint([]) == hashlib.sha256(checks.FINGERPRINT_TAG).hexdigest()
-
-
-def old_fingerprint(model_dir: Path) -> str:
-    """The fingerprint as it was defined before: runs recorded then hold these values."""
-    digest = hashlib.sha256()
-    for rel in checkpoint_files(model_dir):
-        digest.update(os.fsencode(rel) + b"\0")
-        digest.update((model_dir / rel).read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    assert manifest_fingerprint([]) == hashlib.sha256(grader_fingerprint.FINGERPRINT_TAG).hexdigest()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fingerprint_matches_accepts_new_and_legacy_values(tmp_path, layout):
+def test_fingerprint_matches_the_checkpoints_own_fingerprint_only(tmp_path, layout):
     model = make_layout(tmp_path / "m", layout)
-    legacy = old_fingerprint(model)
-    assert legacy_fingerprint(model) == legacy != fingerprint(model)
-    assert fingerprint_matches(model, fingerprint(model)) and fingerprint_matches(model, legacy)
-    assert fingerprint_matches(model, legacy, current=fingerprint(model))
+    recorded = fingerprint(model)
+    assert fingerprint_matches(model, recorded) and fingerprint_matches(model, recorded, current=recorded)
     other = make_layout(tmp_path / "other", layout)
     (other / "tokenizer.json").write_text("{}")
-    for wrong in (None, "", "0" * 64, fingerprint(other), legacy_fingerprint(other)):
+    for wrong in (None, "", "0" * 64, fingerprint(other)):
         assert not fingerprint_matches(model, wrong)
-    (model / "config.json").write_text("{}")  # changed since recorded: neither definition matches
-    assert not fingerprint_matches(model, legacy)
+    (model / "config.json").write_text("{}")  # changed since recorded
+    assert not fingerprint_matches(model, recorded)
 
 
 # -- clones -------------------------------------------------------------------------------------------
@@ -205,7 +191,7 @@ def test_unsupported_clone_falls_back_to_copy_once(tmp_path, monkeypatch, block)
         calls.append(src_fd)
         raise OSError(errno.EOPNOTSUPP, "Operation not supported")
 
-    monkeypatch.setattr(checks, "_clone", unsupported)
+    monkeypatch.setattr(grader_snapshot, "_clone", unsupported)
     model = make_layout(tmp_path / "ws" / "m", "shards")
     snapshot = take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
     assert len(calls) == 1 and snapshot.method == "copy"  # not retried for the other files
@@ -224,7 +210,7 @@ def test_other_clone_failures_copy_that_file_and_try_again(tmp_path, monkeypatch
             raise OSError(errno.EIO, "I/O error")
         byte_clone(src_fd, dest_fd)
 
-    monkeypatch.setattr(checks, "_clone", flaky)
+    monkeypatch.setattr(grader_snapshot, "_clone", flaky)
     model = make_layout(tmp_path / "ws" / "m", "shards")
     snapshot = take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
     non_empty = [rel for rel in checkpoint_files(model) if (model / rel).stat().st_size]
@@ -235,7 +221,7 @@ def test_other_clone_failures_copy_that_file_and_try_again(tmp_path, monkeypatch
 
 
 def test_cloned_snapshot_is_hashed_from_the_clone(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(checks, "_clone", byte_clone)
+    monkeypatch.setattr(grader_snapshot, "_clone", byte_clone)
     model = make_layout(tmp_path / "ws" / "m", "subdirectory")
     snapshot = take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
     assert snapshot.method == "clone"
@@ -246,7 +232,7 @@ def test_cloned_snapshot_is_hashed_from_the_clone(tmp_path, monkeypatch, block):
 
 
 def test_empty_checkpoint_files_need_no_clone(tmp_path, monkeypatch):
-    monkeypatch.setattr(checks, "_clone", lambda s, d: pytest.fail("an empty file has nothing to clone"))
+    monkeypatch.setattr(grader_snapshot, "_clone", lambda s, d: pytest.fail("an empty file has nothing to clone"))
     model = tmp_path / "ws" / "m"
     write(model / "config.json", b"")
     write(model / "model.safetensors", b"")
@@ -284,7 +270,7 @@ needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="need
 def test_a_growing_file_is_cut_at_its_size_when_opened(tmp_path, monkeypatch, block, how):
     model = make_layout(tmp_path / "ws" / "m", "single")
     original = (model / "model.safetensors").read_bytes()
-    monkeypatch.setattr(checks, "_clone", on_target(append, how))
+    monkeypatch.setattr(grader_snapshot, "_clone", on_target(append, how))
     snapshot = take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
     assert (model / "model.safetensors").read_bytes() != original  # it did grow
     assert (tmp_path / "copy" / "model.safetensors").read_bytes() == original
@@ -302,7 +288,7 @@ def test_a_growing_file_is_cut_at_its_size_when_opened(tmp_path, monkeypatch, bl
 @pytest.mark.parametrize("how", ["copy", "clone"])
 def test_a_file_truncated_while_copied_gives_what_there_was(tmp_path, monkeypatch, block, how):
     model = make_layout(tmp_path / "ws" / "m", "single")
-    monkeypatch.setattr(checks, "_clone", on_target(lambda path: os.truncate(path, 1000), how))
+    monkeypatch.setattr(grader_snapshot, "_clone", on_target(lambda path: os.truncate(path, 1000), how))
     snapshot = take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
     assert (tmp_path / "copy" / "model.safetensors").read_bytes() == (model / "model.safetensors").read_bytes()
     assert {f["name"]: f["size"] for f in snapshot.manifest["files"]}["model.safetensors"] == 1000
@@ -311,14 +297,14 @@ def test_a_file_truncated_while_copied_gives_what_there_was(tmp_path, monkeypatc
 
 def hook_before(monkeypatch, target: str, action):
     """Run `action` just before the snapshot opens the file named `target` (the race, won every time)."""
-    real = checks._Snapshotter.open_at
+    real = grader_snapshot._Snapshotter.open_at
 
     def open_at(self, dir_fd, name, dest):
         if name == target:
             action()
         return real(self, dir_fd, name, dest)
 
-    monkeypatch.setattr(checks._Snapshotter, "open_at", open_at)
+    monkeypatch.setattr(grader_snapshot._Snapshotter, "open_at", open_at)
 
 
 def test_file_swapped_for_a_link_mid_snapshot_is_refused_not_followed(tmp_path, monkeypatch):
@@ -358,14 +344,14 @@ def test_read_error_is_unreadable_checkpoint(tmp_path, monkeypatch, block):
     def failing_readv(fd, buffers):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(checks.os, "readv", failing_readv)
+    monkeypatch.setattr(grader_fingerprint.os, "readv", failing_readv)
     with pytest.raises(SubmissionRefused) as refused:
         take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
     assert refused.value.reason == "unreadable_checkpoint"
 
 
 def test_write_failure_is_the_graders_and_stops_the_threads(tmp_path, monkeypatch):
-    monkeypatch.setattr(checks, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(grader_fingerprint, "STREAM_BLOCK", 4096)
     model = make_layout(tmp_path / "ws" / "m", "single")
     writes = []
 
@@ -373,8 +359,8 @@ def test_write_failure_is_the_graders_and_stops_the_threads(tmp_path, monkeypatc
         writes.append(len(view))
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checks, "_write_all", disk_full)
-    monkeypatch.setattr(checks, "_kernel_copy", lambda *args: None)  # no copy_file_range: through the process
+    monkeypatch.setattr(grader_fingerprint, "_write_all", disk_full)
+    monkeypatch.setattr(grader_snapshot, "_kernel_copy", lambda *args: None)  # no copy_file_range: through the process
     before = threading.active_count()
     with pytest.raises(OSError) as failure:
         take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
@@ -387,7 +373,7 @@ def test_write_failure_is_the_graders_and_stops_the_threads(tmp_path, monkeypatc
 def test_kernel_copy_failures_are_told_apart(tmp_path, monkeypatch, error, reason):
     """copy_file_range cannot say which side failed: a full disk is the grader's (a plain OSError),
     anything else reading the agent's file is the agent's (unreadable_checkpoint)."""
-    monkeypatch.setattr(checks, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(grader_fingerprint, "STREAM_BLOCK", 4096)
     model = make_layout(tmp_path / "ws" / "m", "single")
     real = os.copy_file_range
     calls = []
@@ -398,7 +384,7 @@ def test_kernel_copy_failures_are_told_apart(tmp_path, monkeypatch, error, reaso
             raise OSError(error, os.strerror(error))
         return real(src, dst, min(count, 4096), *args)
 
-    monkeypatch.setattr(checks.os, "copy_file_range", failing)
+    monkeypatch.setattr(grader_snapshot.os, "copy_file_range", failing)
     with pytest.raises((OSError, SubmissionRefused)) as failure:
         take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
     if reason is None:
@@ -408,15 +394,15 @@ def test_kernel_copy_failures_are_told_apart(tmp_path, monkeypatch, error, reaso
 
 
 def test_kernel_copy_unsupported_falls_back_to_a_copy_through_the_process(tmp_path, monkeypatch):
-    monkeypatch.setattr(checks, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(grader_fingerprint, "STREAM_BLOCK", 4096)
     model = make_layout(tmp_path / "ws" / "m", "shards")
 
     def unsupported(*args):
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
-    monkeypatch.setattr(checks.os, "copy_file_range", unsupported)
+    monkeypatch.setattr(grader_snapshot.os, "copy_file_range", unsupported)
     snapshot = take_snapshot(tmp_path / "ws", model, tmp_path / "copy")
-    assert snapshot.manifest == checks.checkpoint_manifest(tmp_path / "copy")
+    assert snapshot.manifest == checkpoint_manifest(tmp_path / "copy")
     assert fingerprint(tmp_path / "copy") == fingerprint(model)
 
 
@@ -442,7 +428,7 @@ def clones(directory: Path) -> bool:
     try:
         a.write_bytes(b"probe")
         with open(a, "rb") as src, open(b, "wb") as dest:
-            checks._clone(src.fileno(), dest.fileno())
+            grader_snapshot._clone(src.fileno(), dest.fileno())
         return True
     except OSError:
         return False
@@ -495,7 +481,7 @@ def reflink_dir(tmp_path):
 
 @pytest.mark.reflink
 def test_real_clone_on_a_reflink_file_system(reflink_dir, monkeypatch):
-    monkeypatch.setattr(checks, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(grader_fingerprint, "STREAM_BLOCK", 4096)
     model = make_layout(reflink_dir / "ws" / "m", "shards")
     copy = reflink_dir / "snap" / "model"
     snapshot = take_snapshot(reflink_dir / "ws", model, copy)

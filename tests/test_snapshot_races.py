@@ -1,4 +1,4 @@
-"""Paths of a submission swapped while the grader checks and copies them (grader.checks).
+"""Paths of a submission swapped while the grader checks and copies them (grader.submission, grader.snapshot).
 
 A hostile agent flips what a submitted path is (a regular file, a symbolic link to a host file, a
 FIFO, a directory, nothing; a subdirectory or the checkpoint directory itself for a link to a host
@@ -26,8 +26,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from rlbench.grader import checks
-from rlbench.grader.checks import SubmissionRefused, checkpoint_manifest, fingerprint, resolve_submission, take_snapshot
+from rlbench.grader import fingerprint as grader_fingerprint
+from rlbench.grader.fingerprint import checkpoint_manifest, fingerprint
+from rlbench.grader.snapshot import take_snapshot
+from rlbench.grader.submission import SubmissionRefused, resolve_submission
 from support.grader import assert_consistent
 from support.models import copy_model
 
@@ -318,8 +320,8 @@ def test_checkpoint_directory_swapped_for_a_link_to_a_host_directory(race):
 def test_file_truncated_and_grown_while_copied(race, monkeypatch):
     """The weights truncated and written back in place: the copy holds some cut of them, its
     manifest that cut's. Small blocks, so the pipelined and copy_file_range paths run too."""
-    monkeypatch.setattr(checks, "STREAM_BLOCK", 4096)
-    monkeypatch.setattr(checks, "STREAM_BUFFERS", 3)
+    monkeypatch.setattr(grader_fingerprint, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(grader_fingerprint, "STREAM_BUFFERS", 3)
     # The flipper writes its own bytes back: it must not write through a hard link of the checkpoint's.
     flipper = Flipper(race["scratch"], "resized", race["model"] / "model.safetensors", hold_s=0.0005,
                       regular=race["weights"])

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlbench.analysis.catalogue import FIGURES, ITEMS, TABLES
 from rlbench.fileio.jsonio import read_json, read_jsonl
 from support.needs import unavailable
 from support.workflow import (
@@ -144,19 +145,18 @@ def test_reordered_or_spelled_out_config_keys_rerun_nothing(sweep):
         path.write_text(original)
 
 
-REPORT_TABLES = ("leaderboard_paper", "delta_matrix", "multirun_stats", "budget_scaling", "pass_at_k",
-                 "workspace_stats", "routes", "tokens_cost", "failures")
-REPORT_FIGURES = ("delta_heatmap", "score_trajectories", "budget_scaling", "route_distribution")
 ANALYSIS_RULES = ("summarize_run", "aggregate", "report_figures")
 
 
 def test_analysis_stage_writes_every_table_figure_and_run_report(sweep):
     report = sweep / "results" / "report"
-    for name in REPORT_TABLES:
+    for item in ITEMS:  # every item of the catalogue, each file written and not empty
+        assert all((report / path).stat().st_size > 0 for path in item.files.values()), item.name
+    for name in TABLES:
         with open(report / f"{name}.csv") as handle:
             assert list(csv.DictReader(handle)), f"{name}.csv has no rows"
-        assert (report / f"{name}.md").read_text().startswith("#")
-    for name in REPORT_FIGURES:
+        assert (report / f"{name}.md").read_text().startswith(f"# {TABLES[name].title}\n")
+    for name in FIGURES:
         assert (report / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert b"<svg" in (report / "figures" / f"{name}.svg").read_bytes()[:2000]
     index = (report / "index.html").read_text()
@@ -185,7 +185,7 @@ def regenerate(workdir: Path, html: Path) -> subprocess.CompletedProcess:
 
 def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(changed, tmp_path):
     report = changed / "results" / "report"
-    tables = {name: (report / f"{name}.csv").read_bytes() for name in ("leaderboard", *REPORT_TABLES)}
+    tables = {name: (report / f"{name}.csv").read_bytes() for name in ("leaderboard", *TABLES)}
     recorded = {name: mtimes(changed, name) for name in ("run.json", "final.json", "artifacts.json", "workspace.json")}
     baseline = (changed / "results" / "baselines" / "gsm8k" / "tiny.json").stat().st_mtime_ns
     # Everything the analysis wrote goes; the dry run of a regeneration lists the analysis stage only.

@@ -183,8 +183,8 @@ def setup_agents_command(args: argparse.Namespace) -> int:
 
 
 def reconstruct(args: argparse.Namespace) -> int:
-    """A run as its record tells it (rlbench.recording.repository.reconstruct), as JSON on stdout."""
-    from rlbench.recording.repository import reconstruct as reconstruct_run
+    """A run as its record tells it (rlbench.recording.reconstruct.reconstruct), as JSON on stdout."""
+    from rlbench.recording.reconstruct import reconstruct as reconstruct_run
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

@@ -73,12 +73,16 @@ def validate(instance: Any, schema: dict, what: str) -> None:
 
 
 def _fill_defaults(instance: dict, schema: dict) -> None:
-    """Set schema defaults on nested objects (jsonschema validates but never fills)."""
+    """Set schema defaults on nested objects (jsonschema validates but never fills), and those of an `allOf`
+    branch whose `if` the instance matches (a default for one kind of entry only, e.g. a tiny model's seed)."""
     for key, sub in schema.get("properties", {}).items():
         if "default" in sub and key not in instance:
             instance[key] = copy.deepcopy(sub["default"])
         if sub.get("type") == "object" and isinstance(instance.get(key), dict):
             _fill_defaults(instance[key], sub)
+    for branch in schema.get("allOf", []):
+        if "if" in branch and "then" in branch and jsonschema.Draft202012Validator(branch["if"]).is_valid(instance):
+            _fill_defaults(instance, branch["then"])
 
 
 def canonical(value: Any) -> Any:
@@ -155,6 +159,19 @@ def load_registry(kind: str, config_dir: Path = CONFIG_DIR) -> dict[str, dict]:
     return {name: canonical(entry) for name, entry in entries.items()}
 
 
+def registry_entry(kind: str, entry: Any, what: str) -> dict:
+    """One registry entry that comes from elsewhere than config/<kind>/ (a file of its own, or one built in
+    code), validated against its kind's schema and with the schema's defaults filled in, as load_registry
+    gives each entry. Raises ConfigError naming the offending key and what is allowed (`what` names the entry)."""
+    if kind not in REGISTRY_KINDS:
+        raise ConfigError(f"unknown registry {kind!r}; allowed: {', '.join(REGISTRY_KINDS)}")
+    schema = load_schema(_SCHEMA_FOR_KIND[kind])
+    validate(entry, schema, what)
+    entry = copy.deepcopy(entry)
+    _fill_defaults(entry, schema)
+    return canonical(entry)
+
+
 @dataclass(frozen=True)
 class Registries:
     tasks: dict[str, dict]
@@ -166,15 +183,25 @@ class Registries:
         return cls(*(load_registry(kind, config_dir) for kind in REGISTRY_KINDS))
 
 
-def evaluation_settings(evaluation: dict | None = None) -> dict:
-    """The config's `evaluation:` block with the schema's defaults filled in: what every evaluation reads
-    (the grader's, the baseline's, the final one), so that no default is written anywhere but the schema.
-    Raises ConfigError on a block the schema refuses."""
-    schema = load_schema("config")["properties"]["evaluation"]
-    settings = copy.deepcopy(evaluation or {})
-    validate(settings, schema, "evaluation settings")
+def section_settings(section: str, value: dict | None = None) -> dict:
+    """One top-level block of the sweep config (`evaluation:`, `report:`, ...) validated against its part of the
+    config schema, with the schema's defaults filled in: what code that runs outside the validated config reads,
+    so that no default is written anywhere but the schema. Raises ConfigError on a block the schema refuses."""
+    schema = load_schema("config")["properties"][section]
+    settings = copy.deepcopy(value or {})
+    validate(settings, schema, f"{section} settings")
     _fill_defaults(settings, schema)
     return settings
+
+
+def evaluation_settings(evaluation: dict | None = None) -> dict:
+    """The `evaluation:` block every evaluation reads (the grader's, the baseline's, the final one)."""
+    return section_settings("evaluation", evaluation)
+
+
+def report_settings(report: dict | None = None) -> dict:
+    """The `report:` block the analysis stage reads (decimals, budget cuts, pass@k, bootstrap, narrative)."""
+    return section_settings("report", report)
 
 
 def validate_config(config: dict, registries: Registries) -> dict:

@@ -17,3 +17,4 @@ AGENTS_DIR = SCRIPTS_DIR / "agents"                # the reference agents (exter
 ASSETS_DIR = LIBRARY_DIR / "assets"                # files the library ships (tiny tokenizer, chat template)
 CONFIG_DIR = REPO_ROOT / "config"                  # config.yaml and the task / model / agent registries
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"    # the JSON schemas: the one source of defaults and allowed values
+REPORT_CAPTIONS_DIR = REPO_ROOT / "workflow" / "report"  # the captions (.rst) of the report's tables and figures

@@ -42,13 +42,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from rlbench.grader import checks  # noqa: E402
-from rlbench.grader.checks import (  # noqa: E402
+from rlbench.fileio import nofollow  # noqa: E402
+from rlbench.grader.snapshot import take_snapshot  # noqa: E402
+from rlbench.grader.submission import (  # noqa: E402
     CHECKPOINT_MAX_DEPTH,
-    NotRegularFile,
     checkpoint_files,
     inspect_checkpoint,
-    take_snapshot,
+    inspect_names,
+    is_checkpoint_file,
 )
 
 BLOCK = 64 << 20
@@ -130,11 +131,11 @@ def old_checkpoint_manifest(model_dir: Path) -> dict:
 
 
 def old_copy_file_at(dir_fd: int, name: str, dest: Path) -> int:
-    fd = os.open(name, checks._FILE_FLAGS, dir_fd=dir_fd)
+    fd = os.open(name, nofollow.FILE_FLAGS, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, "not a regular file", name)
+            raise nofollow.NotRegularFile(errno.EINVAL, "not a regular file", name)
         os.set_blocking(fd, True)
         dest.parent.mkdir(parents=True, exist_ok=True)
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -159,15 +160,15 @@ def old_snapshot_checkpoint(workspace: Path, model_dir: Path, dest: Path) -> lis
     root = Path(os.path.realpath(workspace))
     if dest.exists():
         shutil.rmtree(dest)
-    top = checks.open_directory_inside(root, model_dir)
+    top = nofollow.open_directory_inside(root, model_dir)
     try:
-        names = checks._top_level_names(top)
-        checks.inspect_names(names)
+        names = nofollow.top_level_names(top)
+        inspect_names(names)
         dest.mkdir(parents=True)
-        walk = checks._walk(top, CHECKPOINT_MAX_DEPTH)
+        walk = nofollow.walk(top, CHECKPOINT_MAX_DEPTH)
         try:
             for entry in walk:
-                if stat.S_ISDIR(entry.st.st_mode) or not checks.is_checkpoint_file(entry.name):
+                if stat.S_ISDIR(entry.st.st_mode) or not is_checkpoint_file(entry.name):
                     continue
                 old_copy_file_at(entry.dir_fd, entry.name, dest / entry.rel)
         finally:

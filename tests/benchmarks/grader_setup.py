@@ -15,8 +15,8 @@ os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFL
 
 import yaml  # noqa: E402
 
-from rlbench.grader.app import Grader, GraderConfig  # noqa: E402
-from rlbench.grader.checks import fingerprint  # noqa: E402
+from rlbench.grader.grading import Grader, GraderConfig  # noqa: E402
+from rlbench.grader.fingerprint import fingerprint  # noqa: E402
 from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
 from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.tasks import get_task  # noqa: E402

@@ -37,7 +37,7 @@ def modules(root: Path) -> dict[str, Path]:
 
 
 def unit_of(module: str) -> str:
-    """The top-level unit a module belongs to: `rlbench.grader.checks` -> `grader`; the root package -> ''."""
+    """The top-level unit a module belongs to: `rlbench.grader.snapshot` -> `grader`; the root package -> ''."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 

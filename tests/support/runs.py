@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench.grader.checks import fingerprint
+from rlbench.grader.fingerprint import fingerprint
 from rlbench.agent_run.runner import RunSpec
 
 from support.settings import EVALUATION, GSM8K_SETTINGS

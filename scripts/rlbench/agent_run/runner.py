@@ -29,12 +29,12 @@ from rlbench.agent_run.attempts import (
     previous_attempts,
     wait_gone,
 )
-from rlbench.grader.app import Grader, GraderConfig
+from rlbench.grader.grading import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.ledger import is_scored
 from rlbench.recording.provenance import provenance
-from rlbench.recording.repository import ResourceSampler, tree_of
+from rlbench.recording.trace import ResourceSampler, tree_of
 from rlbench.agent_run.workspace import rebuild_workspace
 from rlbench.paths import AGENTS_DIR, REPO_ROOT
 

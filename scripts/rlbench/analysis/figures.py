@@ -28,8 +28,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 # The definitions shared with the tables (configuration, cell, Δ, Δ at a budget cut, noise band) come
-# from rlbench.analysis.tables, so that a figure always shows the numbers of its table.
-from rlbench.analysis.tables import (  # noqa: E402
+# from rlbench.analysis.stats, so that a figure always shows the numbers of its table.
+from rlbench.analysis.stats import (  # noqa: E402
     run_label,
     signed,
     budget_seconds,
@@ -44,7 +44,7 @@ from rlbench.analysis.tables import (  # noqa: E402
     seed_order,
     within_noise,
 )
-from rlbench.summaries.diagnostics import ROUTE_LABELS, UNKNOWN  # noqa: E402
+from rlbench.summaries.routes import ROUTE_LABELS, UNKNOWN  # noqa: E402
 
 DPI = 150
 # Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision

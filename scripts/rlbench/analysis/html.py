@@ -13,47 +13,14 @@ import html
 import re
 from pathlib import Path
 
-from rlbench.analysis.tables import BLANK_MD
+from rlbench.analysis.catalogue import FIGURE, FIGURES, ITEMS, TABLE, TABLES
+from rlbench.analysis.tablefiles import BLANK_MD
 
-LEADERBOARD = "leaderboard_paper"
-# The order the page shows the known tables in (rule aggregate's tables, as rlbench.analysis.tables.build_tables
-# makes them; other names follow, sorted). A table's heading is the title of its Markdown.
-TABLE_ORDER = (
-    LEADERBOARD,
-    "delta_matrix",
-    "multirun_stats",
-    "budget_scaling",
-    "pass_at_k",
-    "workspace_stats",
-    "routes",
-    "tokens_cost",
-    "failures",
-    "leaderboard",
-)
-# The figures of rlbench.analysis.figures in the page's order: name -> (heading, caption).
-FIGURES = {
-    "delta_heatmap": (
-        "Δ heatmap",
-        "Mean Δ over seeds (best score minus the base model's score, in points of the task's primary metric) "
-        "per task and configuration, one panel per base model; ≈ marks a Δ inside the task's grader-noise band, "
-        "n=K the number of seeds; grey: no run.",
-    ),
-    "score_trajectories": (
-        "Score trajectories",
-        "Score of every evaluated submission of every run over the time since the run started (or the submission "
-        "index when times are unknown), one panel per task; x: failed submissions (score 0); dashed: the baseline.",
-    ),
-    "budget_scaling": (
-        "Budget scaling",
-        "Δ when each run is cut at a fraction of its budget (best submission evaluated before the cut minus the "
-        "baseline), mean over seeds with the range of the seeds; grey band: the grader-noise band.",
-    ),
-    "route_distribution": (
-        "Route distribution",
-        "How many runs of each task took each training route (GRPO, PPO, DPO, SFT-only, SFT+RL, Copy, "
-        "Placeholder/Missing, unknown), over every model and configuration.",
-    ),
-}
+# The page shows the catalogue's items (rlbench.analysis.catalogue) in its order: the paper's leaderboard (the
+# catalogue's first table, always on the page), then the figures, then the other tables; a table or figure
+# the catalogue does not list follows, sorted. A table's heading is the title of its Markdown; a figure's
+# is its catalogue title, with its caption under it.
+LEADERBOARD = next(iter(TABLES))
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
        max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.4; }
@@ -111,7 +78,7 @@ def _is_table_line(line: str) -> bool:
 
 
 def read_markdown_table(path: Path) -> tuple[list[str], list[list[str]]]:
-    """The table of a Markdown file as rlbench.analysis.tables.markdown writes it, as (header, rows): the
+    """The table of a Markdown file as rlbench.analysis.tablefiles.markdown writes it, as (header, rows): the
     cells as shown there (numbers with the table's decimals, blanks as the blank mark, the Δ
     matrix's wide view); ([], []) when the file is missing or holds no table."""
     path = Path(path)
@@ -129,7 +96,7 @@ def read_markdown_table(path: Path) -> tuple[list[str], list[list[str]]]:
 
 
 def markdown_parts(path: Path) -> tuple[str | None, list[tuple[int, str]]]:
-    """(title, notes) of a Markdown table file as rlbench.analysis.tables.markdown writes it: the title from
+    """(title, notes) of a Markdown table file as rlbench.analysis.tablefiles.markdown writes it: the title from
     its "# " line; the notes from the lines after the table (after the title when the table is
     empty), without the "Notes:" line and the "_No runs._" placeholder, each as (level, text): level
     0 for "- note", 1 for an indented "  - sub-note" (text without the bullet). (None, []) when the
@@ -154,11 +121,6 @@ def markdown_parts(path: Path) -> tuple[str | None, list[tuple[int, str]]]:
             text = text[2:].strip()
         notes.append((level, text))
     return title, notes
-
-
-def markdown_notes(path: Path) -> list[str]:
-    """The notes of a Markdown table file (the lines after its table), without bullets."""
-    return [text for _, text in markdown_parts(path)[1]]
 
 
 def html_table(header: list[str], rows: list[list[str]]) -> str:
@@ -227,7 +189,8 @@ def table_section(name: str, path: Path) -> tuple[str, str]:
 
 def figure_section(name: str, png: Path) -> tuple[str, str]:
     """(heading, HTML) of a figure's section: its title, the PNG as a base64 data URI, its caption."""
-    title, caption = FIGURES.get(name, (name.replace("_", " ").capitalize(), ""))
+    item = FIGURES.get(name)
+    title, caption = (item.title, item.caption) if item else (name.replace("_", " ").capitalize(), "")
     png = Path(png)
     if png.is_file():
         data = base64.b64encode(png.read_bytes()).decode("ascii")
@@ -241,19 +204,20 @@ def figure_section(name: str, png: Path) -> tuple[str, str]:
     return title, f'<section id="{_anchor("figure", name)}">\n<h2>{_esc(title)}</h2>\n{body}\n</section>'
 
 
-def _ordered(names, known) -> list[str]:
-    return [n for n in known if n in names] + sorted(n for n in names if n not in known)
-
-
 def render_index(report_dir: Path, tables: dict, figures: dict) -> str:
-    """The page's HTML: the paper's leaderboard first, then the figures (the Δ heatmap first), then the other tables."""
+    """The page's HTML: the tables and figures given in the catalogue's order (the paper's leaderboard first,
+    then the figures, the Δ heatmap first, then the other tables), then any the catalogue does not list."""
     report_dir = Path(report_dir)
     tables = {name: Path(p) for name, p in tables.items()}
     tables.setdefault(LEADERBOARD, report_dir / f"{LEADERBOARD}.csv")
-    ordered = _ordered(tables, TABLE_ORDER)
-    first = [("table", n, *table_section(n, tables[n])) for n in ordered[:1]]
-    sections = first + [("figure", n, *figure_section(n, figures[n])) for n in _ordered(figures, FIGURES)]
-    sections += [("table", n, *table_section(n, tables[n])) for n in ordered[1:]]
+    given = {TABLE: tables, FIGURE: figures}
+    listed = [(item.kind, item.name) for item in ITEMS if item.name in given[item.kind]]
+    listed += [(FIGURE, n) for n in sorted(figures) if n not in FIGURES]
+    listed += [(TABLE, n) for n in sorted(tables) if n not in TABLES]
+    sections = [
+        (kind, n, *(figure_section(n, figures[n]) if kind == FIGURE else table_section(n, tables[n])))
+        for kind, n in listed
+    ]
     nav = "".join(f'<li><a href="#{_anchor(kind, name)}">{_esc(title)}</a></li>' for kind, name, title, _ in sections)
     return (
         "<!DOCTYPE html>\n"
@@ -271,7 +235,7 @@ def render_index(report_dir: Path, tables: dict, figures: dict) -> str:
 
 def write_index(report_dir: Path, tables: dict, figures: dict) -> Path:
     """Write report_dir/index.html. tables: name -> the table's .csv or .md as
-    rlbench.analysis.tables.write_tables writes them (the other file is found next to it); figures:
+    rlbench.analysis.tablefiles.write_tables writes them (the other file is found next to it); figures:
     name -> PNG. The leaderboard in the paper's layout comes from report_dir/leaderboard_paper.csv
     when tables does not name it. Returns the page's path."""
     report_dir = Path(report_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rlbench.analysis.tables import noise_band, number, seed_order, within_noise
+from rlbench.analysis.stats import noise_band, number, seed_order, within_noise
 from rlbench.fileio.jsonio import read_json
 
 # scaffold: the coding-agent tool (claude-code, codex, ...) or "reference" for the scripted reference agents;
@@ -14,7 +14,7 @@ from rlbench.fileio.jsonio import read_json
 # recorded code broke it (summary.json mode_audit), blank for runs summarized before the audit.
 # metric: the primary metric baseline, best and delta are in; grader_noise: the task's grader-noise band
 # (± points, half the range of K baseline evaluations; 0 for a deterministic grader, blank when unknown);
-# within_noise: "yes" when |delta| <= grader_noise (rlbench.analysis.tables.within_noise), blank when either is unknown.
+# within_noise: "yes" when |delta| <= grader_noise (rlbench.analysis.stats.within_noise), blank when either is unknown.
 LEADERBOARD_COLUMNS = (
     "task",
     "level",

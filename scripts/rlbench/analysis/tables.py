@@ -1,39 +1,36 @@
-"""The paper's tables across runs (SPEC §5), computed from the runs' summary.json files.
-
-Every table is a `Table` (name, title, columns, rows, notes) and is written as <name>.csv (tidy:
-one header, raw numbers rounded to `report.decimals`, empty cells for unknown values) and
-<name>.md (a title, the table, notes that define the columns and say what a blank means).
-
-Definitions shared with the figures (rlbench.analysis.figures imports them from here):
-
-* a configuration is (agent, scaffold, driver, mode) (`config_key`); a cell is (configuration,
-  task, model) over its seeds (`group_runs`);
-* the Δ of a run is summary["delta"] (final evaluation of the best submission minus the baseline);
-* `delta_at_cut`: Δ when the run is cut at a fraction of its budget;
-* `pass_at_k`: expected best Δ over k seeds drawn without replacement (unbiased estimator);
-* `bootstrap_ci`: percentile bootstrap CI of the mean Δ over seeds;
-* `within_noise`: |Δ| <= the task's grader-noise band.
+"""The paper's tables across runs (SPEC §5), computed from the runs' summary.json files: one builder per
+table, each giving a `Table` (rlbench.analysis.tablefiles) of its columns, rows and notes. Which tables
+the report has, their names and titles, is the catalogue's (rlbench.analysis.catalogue, which also
+builds them all); the definitions and statistics they share with the figures are rlbench.analysis.stats'.
 """
 
 from __future__ import annotations
 
-import csv
-import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
+from rlbench.analysis.stats import (
+    as_dict,
+    bootstrap_ci,
+    budget_seconds,
+    cell_band,
+    config_key,
+    delta_at_cut,
+    group_runs,
+    mean,
+    number,
+    pass_at_k,
+    percent,
+    run_delta,
+    run_label,
+    sample_std,
+    seed_order,
+    signed,
+    within_noise,
+)
+from rlbench.analysis.tablefiles import BLANK_MD, Table
+from rlbench.summaries.failures import FAILURE_TYPES
+from rlbench.summaries.routes import ROUTE_LABELS, TRAINING_ROUTES
 
-from rlbench.summaries.diagnostics import FAILURE_TYPES, ROUTE_LABELS, TRAINING_ROUTES
-
-# The defaults of config/config.yaml `report:`; a missing key takes its default here.
-DEFAULT_SETTINGS = {
-    "decimals": 2,
-    "budget_cuts": [0.25, 0.5, 1.0],
-    "pass_at_k": [1, 3, 5],
-    "bootstrap": {"resamples": 10000, "confidence": 0.95, "seed": 0},
-}
 # The interactive (L3) failure types of summary.json["interactive_failure"]["type"] (SPEC §4).
 INTERACTIVE_FAILURE_TYPES = (
     "rollout_construction_failure",
@@ -43,194 +40,6 @@ INTERACTIVE_FAILURE_TYPES = (
     "static_shortcut_without_transfer",
 )
 CONFIG_COLUMNS = ("model", "agent", "scaffold", "driver", "mode")
-# |Δ| <= band is tested with this absolute slack, so that a Δ computed as best - baseline in floating
-# point (0.30000000000000004) is not pushed out of a band it sits on (0.3).
-NOISE_TOLERANCE = 1e-9
-BLANK_MD = "–"  # how the Markdown shows an unknown / not applicable value (the CSV leaves the cell empty)
-
-
-# -- small readers of summary.json ---------------------------------------------------------------------
-def number(value) -> float | None:
-    """A finite float from a summary field, None for anything else (missing, bool, text, nan, inf)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _labels(summary: dict) -> dict:
-    labels = summary.get("labels")
-    return labels if isinstance(labels, dict) else {}
-
-
-def run_label(summary: dict, name: str) -> str:
-    value = _labels(summary).get(name)
-    return "" if value is None else str(value)
-
-
-def _dict(value) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def seed_order(seed: str) -> tuple:
-    """Numeric seeds in numeric order, then any other seed label in text order."""
-    return (0, int(seed), "") if str(seed).lstrip("-").isdigit() else (1, 0, str(seed))
-
-
-def config_key(summary: dict) -> tuple[str, str, str, str]:
-    """The configuration of a run: (agent, scaffold, driver or "", mode or "free"). Reference agents
-    have scaffold "reference" and no driver."""
-    return (
-        run_label(summary, "agent"),
-        str(summary.get("scaffold") or "reference"),
-        str(summary.get("driver") or ""),
-        str(summary.get("mode") or "free"),
-    )
-
-
-def config_label(key: tuple[str, str, str, str]) -> str:
-    """A short readable name of a configuration: "sft (reference, free)",
-    "claude-sonnet (claude-code / claude-sonnet-4, free)"."""
-    agent, scaffold, driver, mode = key
-    tool = f"{scaffold} / {driver}" if driver else scaffold
-    return f"{agent} ({tool}, {mode})"
-
-
-def group_runs(summaries: list[dict]) -> dict[tuple[tuple[str, str, str, str], str, str], list[dict]]:
-    """The cells: (config_key, task, model) -> the cell's summaries in seed order; cells ordered by
-    model, configuration, task (the column order of the tables)."""
-    groups: dict = defaultdict(list)
-    for summary in summaries:
-        groups[(config_key(summary), run_label(summary, "task"), run_label(summary, "model"))].append(summary)
-    return {
-        key: sorted(runs, key=lambda s: seed_order(run_label(s, "seed")))
-        for key, runs in sorted(groups.items(), key=lambda item: (item[0][2], item[0][0], item[0][1]))
-    }
-
-
-def run_delta(summary: dict) -> float | None:
-    """The Δ of a run: summary["delta"]; None when nothing was evaluated (or the field is missing)."""
-    return number(summary.get("delta"))
-
-
-def budget_seconds(summary: dict) -> float | None:
-    """The run's budget in seconds: summary["budget_s"], else run_meta.timeout_s (older summaries)."""
-    budget = number(summary.get("budget_s"))
-    if budget is None:
-        budget = number(_dict(summary.get("run_meta")).get("timeout_s"))
-    return budget if budget is not None and budget > 0 else None
-
-
-def noise_band(summary: dict) -> float | None:
-    """The task's grader-noise band (± points) recorded with the run; None when unknown."""
-    return number(_dict(summary.get("grader_noise")).get("band"))
-
-
-def within_noise(delta: float | None, band: float | None) -> bool | None:
-    """True when |Δ| <= band (a deterministic grader has band 0: only Δ == 0 is inside); None when
-    either is unknown."""
-    if delta is None or band is None:
-        return None
-    return abs(delta) <= band + NOISE_TOLERANCE
-
-
-# -- the statistics of the paper --------------------------------------------------------------------
-def delta_at_cut(summary: dict, fraction: float) -> float | None:
-    """Δ of a run cut at `fraction` of its budget: the best score among its evaluated submissions
-    (summary["timeline"] items with scored true) with since_start_s <= fraction * budget_s, minus the
-    baseline; 0.0 when no evaluated submission came before the cut (the base model stands); None when
-    the budget, the baseline or the timeline is unknown. A submission without a time never counts."""
-    budget, baseline = budget_seconds(summary), number(summary.get("baseline"))
-    timeline = summary.get("timeline")
-    if budget is None or baseline is None or not isinstance(timeline, list):
-        return None
-    cut = fraction * budget
-    scores = []
-    for item in timeline:
-        if not isinstance(item, dict) or item.get("scored") is not True:
-            continue
-        since, score = number(item.get("since_start_s")), number(item.get("score"))
-        if since is not None and score is not None and since <= cut:
-            scores.append(score)
-    return max(scores) - baseline if scores else 0.0
-
-
-def pass_at_k(deltas: list[float], k: int) -> float | None:
-    """Expected best Δ over k runs drawn without replacement from the n runs (unbiased): with Δ sorted
-    ascending x_1..x_n, sum_{i=k..n} C(i-1, k-1) / C(n, k) * x_i. None when n < k (or k < 1)."""
-    values = sorted(float(d) for d in deltas)
-    n = len(values)
-    if k < 1 or n < k:
-        return None
-    total = math.comb(n, k)
-    return sum(math.comb(i - 1, k - 1) * values[i - 1] for i in range(k, n + 1)) / total
-
-
-def bootstrap_ci(
-    values: list[float], resamples: int = 10000, confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float] | None:
-    """Percentile bootstrap CI of the mean: `resamples` resamples of size n with replacement drawn by
-    numpy.random.default_rng(seed), bounds at the (1-confidence)/2 and 1-(1-confidence)/2 quantiles
-    of the resampled means (numpy.quantile, default method). None when n < 2. The bounds are clipped
-    to [min, max] of the values, which they lie in exactly (only floating-point sums could step out)."""
-    data = np.asarray([float(v) for v in values], dtype=float)
-    if data.size < 2 or resamples < 1:
-        return None
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(int(resamples), data.size))].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    lo_bound, hi_bound = float(data.min()), float(data.max())
-    return min(max(float(low), lo_bound), hi_bound), min(max(float(high), lo_bound), hi_bound)
-
-
-def sample_std(values: list[float]) -> float | None:
-    """Sample standard deviation (ddof=1); None when n < 2."""
-    return float(np.std(values, ddof=1)) if len(values) >= 2 else None
-
-
-def mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def percent(hits: int, total: int) -> float | None:
-    """100 * hits / total; None when total is 0."""
-    return 100.0 * hits / total if total else None
-
-
-def cell_band(runs: list[dict]) -> float | None:
-    """The grader-noise band of a cell: the largest band recorded by its runs (they share the task's
-    grader, so they normally agree); None when no run recorded one."""
-    bands = [b for b in (noise_band(s) for s in runs) if b is not None]
-    return max(bands) if bands else None
-
-
-def settings_with_defaults(settings: dict | None) -> dict:
-    """The report block with every missing key (and missing bootstrap key) taken from DEFAULT_SETTINGS."""
-    settings = dict(settings or {})
-    merged = {key: settings.get(key, default) for key, default in DEFAULT_SETTINGS.items() if key != "bootstrap"}
-    merged["bootstrap"] = {**DEFAULT_SETTINGS["bootstrap"], **_dict(settings.get("bootstrap"))}
-    for key, value in settings.items():
-        merged.setdefault(key, value)
-    return merged
-
-
-# -- tables ----------------------------------------------------------------------------------------------
-@dataclass
-class Table:
-    """A table: `rows` map column names to raw values (None = unknown, shown blank). The Markdown shows
-    `display_columns` / `display_rows` instead of the tidy rows when set (the Δ matrix's wide view)."""
-
-    name: str
-    title: str
-    columns: list[str]
-    rows: list[dict]
-    notes: list[str] = field(default_factory=list)
-    decimals: int = 2
-    display_columns: list[str] | None = None
-    display_rows: list[dict] | None = None
-    # Columns rounded to other decimals than `decimals` (cost in USD).
-    column_decimals: dict[str, int] = field(default_factory=dict)
 
 
 def _yes_no(flag: bool | None) -> str | None:
@@ -263,10 +72,10 @@ def _metric_notes(summaries: list[dict], tasks: list[str]) -> list[str]:
         text = f"{task}: " + (" / ".join(metrics) if metrics else "metric not recorded")
         lc_methods = sorted(
             {
-                str(_dict(s.get(part)).get("lc_method"))
+                str(as_dict(s.get(part)).get("lc_method"))
                 for s in runs
                 for part in ("eval_metrics", "baseline_metrics")
-                if _dict(s.get(part)).get("lc_method")
+                if as_dict(s.get(part)).get("lc_method")
             }
         )
         if lc_methods:
@@ -323,8 +132,6 @@ def leaderboard_paper(summaries: list[dict]) -> Table:
         *[f"  {note}" for note in _metric_notes(summaries, tasks)],
     ]
     return Table(
-        "leaderboard_paper",
-        "Leaderboard (best score per task, mean over seeds)",
         [*CONFIG_COLUMNS, *tasks, "n"],
         rows,
         notes,
@@ -346,11 +153,6 @@ def _cell_stats(runs: list[dict], bootstrap: dict) -> dict:
         "noise_band": band,
         "within_noise": _yes_no(within_noise(mean_delta, band)),
     }
-
-
-def signed(value: float, decimals: int) -> str:
-    text = f"{value:+.{decimals}f}"
-    return text.replace("-", "+", 1) if float(text) == 0 else text  # no "-0.00"
 
 
 def delta_matrix(summaries: list[dict], settings: dict) -> Table:
@@ -392,8 +194,6 @@ def delta_matrix(summaries: list[dict], settings: dict) -> Table:
         f"{BLANK_MD}: no run with a known Δ.",
     ]
     return Table(
-        "delta_matrix",
-        "Δ matrix (mean Δ over seeds per task)",
         [*CONFIG_COLUMNS, "task", "n", "mean_delta", "ci_low", "ci_high", "noise_band", "within_noise"],
         rows,
         notes,
@@ -441,8 +241,6 @@ def multirun_stats(summaries: list[dict], settings: dict) -> Table:
         "ci_low / ci_high: bootstrap CI of the mean Δ (blank when n < 2); noise_band / within_noise: as in delta_matrix.",
     ]
     return Table(
-        "multirun_stats",
-        "Multi-run statistics per configuration, task and model",
         [*CONFIG_COLUMNS, "task", "runs", "n", "mean_delta", "std_delta", "max_delta", "improve_sr", "exec_sr",
          "ci_low", "ci_high", "noise_band", "within_noise"],
         rows,
@@ -482,8 +280,6 @@ def budget_scaling(summaries: list[dict], settings: dict) -> Table:
         "blank mean_delta when n is 0; ci_low / ci_high: bootstrap CI of the mean (blank when n < 2).",
     ]
     return Table(
-        "budget_scaling",
-        "Budget scaling (Δ when runs are cut at a fraction of their budget)",
         [*CONFIG_COLUMNS, "task", "fraction", "cut_hours", "n", "mean_delta", "ci_low", "ci_high"],
         rows,
         notes,
@@ -506,8 +302,6 @@ def pass_at_k_table(summaries: list[dict], settings: dict) -> Table:
         N_NOTE + " Blank pass_at_k when n < k.",
     ]
     return Table(
-        "pass_at_k",
-        "pass@k (expected best Δ over k seeds)",
         [*CONFIG_COLUMNS, "task", "n", *[f"pass_at_{k}" for k in ks]],
         rows,
         notes,
@@ -554,8 +348,6 @@ def workspace_stats(summaries: list[dict]) -> Table:
         "Blank: not recorded (runs summarized before these fields existed) or nothing evaluated.",
     ]
     return Table(
-        "workspace_stats",
-        "Workspace statistics per run",
         ["task", "model", "agent", "seed", "submissions", "code_files", "model_versions", "zero_score_pct",
          "best_index", "strategies", "route", "failure_type"],
         rows,
@@ -594,8 +386,6 @@ def routes(summaries: list[dict]) -> Table:
         "coding_sr: % of runs on a real training route (coding success); improve_sr: % of runs with Δ > 0.",
     ]
     return Table(
-        "routes",
-        "Route distribution per task",
         ["task", "model", "runs", *ROUTE_LABELS, "coding_sr", "improve_sr"],
         rows,
         notes,
@@ -609,7 +399,7 @@ def tokens_cost(summaries: list[dict], decimals: int) -> Table:
     """Per run: LLM calls, tokens and cost from the run's gateway (blank for reference agents)."""
     rows = []
     for s in sorted(summaries, key=_run_order):
-        tokens = _dict(s.get("tokens"))
+        tokens = as_dict(s.get("tokens"))
         cost = number(s.get("cost_usd"))
         if cost is None:
             cost = number(tokens.get("cost_usd"))
@@ -632,8 +422,6 @@ def tokens_cost(summaries: list[dict], decimals: int) -> Table:
         "Blank: no LLM usage recorded (scripted reference agents, or a gateway that did not report it).",
     ]
     return Table(
-        "tokens_cost",
-        "Token usage and cost per run",
         ["task", "model", "agent", "seed", "scaffold", "driver", *TOKEN_FIELDS, "cost_usd"],
         rows,
         notes,
@@ -648,9 +436,9 @@ def failures(summaries: list[dict]) -> Table:
         cells[(run_label(s, "task"), run_label(s, "model"))].append(s)
     seen = {str(s.get("failure_type")) for s in summaries if s.get("failure_type")}
     seen_interactive = {
-        str(_dict(s.get("interactive_failure")).get("type"))
+        str(as_dict(s.get("interactive_failure")).get("type"))
         for s in summaries
-        if _dict(s.get("interactive_failure")).get("type")
+        if as_dict(s.get("interactive_failure")).get("type")
     }
     failure_columns = [*FAILURE_TYPES, *sorted(seen - set(FAILURE_TYPES))]
     interactive_columns = [*INTERACTIVE_FAILURE_TYPES, *sorted(seen_interactive - set(INTERACTIVE_FAILURE_TYPES))]
@@ -658,9 +446,9 @@ def failures(summaries: list[dict]) -> Table:
     for (task, model), runs in sorted(cells.items()):
         kinds = Counter(str(s.get("failure_type")) for s in runs if s.get("failure_type"))
         interactive = Counter(
-            str(_dict(s.get("interactive_failure")).get("type"))
+            str(as_dict(s.get("interactive_failure")).get("type"))
             for s in runs
-            if _dict(s.get("interactive_failure")).get("type")
+            if as_dict(s.get("interactive_failure")).get("type")
         )
         rows.append(
             {
@@ -679,117 +467,7 @@ def failures(summaries: list[dict]) -> Table:
         + ", ".join(interactive_columns) + " (0 for other levels).",
     ]
     return Table(
-        "failures",
-        "Failure types per task",
         ["task", "model", "runs", "no_failure", *failure_columns, *interactive_columns],
         rows,
         notes,
     )
-
-
-def build_tables(summaries: list[dict], settings: dict | None = None) -> dict[str, Table]:
-    """Every table of the report from the runs' summaries; settings: config `report:` (missing keys
-    take DEFAULT_SETTINGS)."""
-    settings = settings_with_defaults(settings)
-    summaries = [s for s in summaries if isinstance(s, dict)]
-    decimals = int(settings["decimals"])
-    tables = [
-        leaderboard_paper(summaries),
-        delta_matrix(summaries, settings),
-        multirun_stats(summaries, settings),
-        budget_scaling(summaries, settings),
-        pass_at_k_table(summaries, settings),
-        workspace_stats(summaries),
-        routes(summaries),
-        tokens_cost(summaries, decimals),
-        failures(summaries),
-    ]
-    for table in tables:
-        table.decimals = decimals
-    return {table.name: table for table in tables}
-
-
-# -- writing ----------------------------------------------------------------------------------------------
-def _rounded(value: float, decimals: int) -> float:
-    value = round(value, decimals)
-    return 0.0 if value == 0 else value  # no -0.0
-
-
-def csv_value(value, decimals: int):
-    """A cell of the CSV: empty for unknown, floats rounded, booleans yes/no."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return "" if not math.isfinite(value) else _rounded(value, decimals)
-    return value
-
-
-def markdown_value(value, decimals: int) -> str:
-    """A cell of the Markdown table: BLANK_MD for unknown, floats with exactly `decimals` decimals."""
-    if value is None or value == "":
-        return BLANK_MD
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return BLANK_MD if not math.isfinite(value) else f"{_rounded(value, decimals):.{decimals}f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def write_csv(table: Table, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=table.columns, extrasaction="ignore")
-        writer.writeheader()
-        for row in table.rows:
-            writer.writerow(
-                {c: csv_value(row.get(c), table.column_decimals.get(c, table.decimals)) for c in table.columns}
-            )
-    return path
-
-
-def _numeric(rows: list[dict], column: str) -> bool:
-    values = [r.get(column) for r in rows if r.get(column) is not None]
-    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
-def markdown(table: Table) -> str:
-    """The table as Markdown: title, table (the wide view when the table has one), notes."""
-    columns = table.display_columns or table.columns
-    rows = table.display_rows if table.display_rows is not None else table.rows
-    lines = [f"# {table.title}", ""]
-    if rows:
-        lines.append("| " + " | ".join(columns) + " |")
-        lines.append("|" + "|".join("---:" if _numeric(rows, c) else "---" for c in columns) + "|")
-        for row in rows:
-            cells = [markdown_value(row.get(c), table.column_decimals.get(c, table.decimals)) for c in columns]
-            lines.append("| " + " | ".join(cells) + " |")
-    else:
-        lines.append("_No runs._")
-    lines += ["", "Notes:", ""]
-    lines += [f"- {note}" if not note.startswith("  ") else f"  - {note.strip()}" for note in table.notes]
-    lines.append(f"- {BLANK_MD} in the table (an empty cell in the CSV): unknown or not applicable.")
-    return "\n".join(lines) + "\n"
-
-
-def write_markdown(table: Table, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(markdown(table), encoding="utf-8")
-    return path
-
-
-def write_table(table: Table, csv_path: Path, md_path: Path) -> list[Path]:
-    """One table to the given CSV and Markdown paths."""
-    return [write_csv(table, csv_path), write_markdown(table, md_path)]
-
-
-def write_tables(tables: dict[str, Table], out_dir: Path) -> list[Path]:
-    """Every table as <out_dir>/<name>.csv and <name>.md; returns the paths written."""
-    out_dir = Path(out_dir)
-    paths = []
-    for name, table in tables.items():
-        paths += write_table(table, out_dir / f"{name}.csv", out_dir / f"{name}.md")
-    return paths

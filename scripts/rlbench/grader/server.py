@@ -9,7 +9,8 @@ import time
 
 import uvicorn
 
-from rlbench.grader.app import Grader, create_app
+from rlbench.grader.grading import Grader
+from rlbench.grader.http import create_app
 
 
 def new_secret() -> str:

@@ -37,11 +37,10 @@ submission_id whose result a resubmission of the same path and weights repeats),
 responded_at (unix seconds), since_start_s, cached, fingerprint, resolved_path, gpu,
 eval_seconds, n, primary_metric, metrics (the evaluation's metrics dict: numbers and labels
 only, tasks.base.public_metrics), provenance, error_detail (a failure's full story, the evaluation's log
-tail: it may quote the held-out split, so the agent never gets it back; grader.app.PRIVATE_FIELDS),
+tail: it may quote the held-out split, so the agent never gets it back; grader.visible.PRIVATE_FIELDS),
 eval_timing (private too: the evaluation's phase_seconds, setup / loading / generating / scoring,
 and its worker: mode warm | fresh, reused, startup_s; rlbench.evaluation.workers). The fingerprint is sha256
-over the checkpoint's manifest (grader.checks.FINGERPRINT_TAG); runs recorded before it hold the
-legacy fingerprint (grader.checks.legacy_fingerprint).
+over the checkpoint's manifest (grader.fingerprint.FINGERPRINT_TAG).
 """
 
 from __future__ import annotations

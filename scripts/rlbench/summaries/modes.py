@@ -2,7 +2,7 @@
 
 The workspace's instructions state the mode (workspace.MODE_RULES); nothing stops an agent from
 ignoring it while it runs. Afterwards, the code recorded at each submission (grader/code.git, see
-rlbench.recording.repository) says which training methods it used (diagnostics.training_methods: grpo, ppo,
+rlbench.recording.repository) says which training methods it used (agent_code.training_methods: grpo, ppo,
 preference, sft), and this module judges them against the mode:
 
 * free: never a violation.

@@ -1,37 +1,26 @@
-"""The grading API (FastAPI): POST /submit, GET /time, GET /health under a per-run secret prefix.
-
-The secret is the first path segment of GRADING_SERVER_URL, so agents written for the reference
-harness (`curl -X POST "$GRADING_SERVER_URL/submit" -d '{"model_path": ...}'`) work unchanged.
-Responses, scores.json, run_meta.json and timer.sh carry the reference harness's fields with the
-reference's meanings (see rlbench.recording.ledger); our own fields sit beside them.
+"""The grader: handles each submission (checks, snapshot, cache by fingerprint, evaluation) and records it.
 
 Every request to /submit that reaches the grader gets a submission id and exactly one ledger line,
 whatever fails where: the statuses an agent can get are 200 (scored or cached), 4xx (refused, or
 failed: its model's fault; the body says what to change) and 503 (grader_error: the grader's own
 fault, `retryable: true`, a Retry-After header, submit again; not counted against the agent).
-Bodies are read incrementally and refused over MAX_BODY_BYTES (413 request_too_large). Paths are
-normalised before routing ("//submit", "/submit/"), so clients that join URLs sloppily work.
+Responses carry the reference harness's fields with the reference's meanings (see
+rlbench.recording.ledger); our own fields sit beside them.
 
 The agent is hostile by assumption. The checkpoint is copied (following no link) before anything
-looks at it, and what is inspected, fingerprinted and evaluated is the copy (see grader.checks).
+looks at it, and what is inspected, fingerprinted and evaluated is the copy (see grader.snapshot).
 Nothing the agent gets back carries text the evaluation may have read from the held-out split:
 errors after it was read keep their detail in the ledger's private `error_detail` (see
 rlbench.evaluation.child). Weights whose evaluation keeps being killed (out of memory) stop being the
 grader's fault after GRADER_FAULTS_RETRIED kills. The agent-visible files are derived from the
-fsync'd ledger: rewritten atomically but without fsync, only when they change, from entries
-encoded once, and submissions.json lists the last SUBMISSIONS_SHOWN requests, so that a flood of
-requests costs each one about the same.
+fsync'd ledger (see grader.visible).
 
-Every submission that reaches scoring also leaves its audit records: the grader's copy of code/
-(snapshots/NNNN/code), committed to the shadow repository grader/code.git as "submission N" (the
-ledger's `code_revision`, null when git failed; see rlbench.recording.repository), and
-snapshots/NNNN/checkpoint.json (the fingerprint, each checkpoint file's size and sha256, config.json).
+Every submission that reaches scoring also leaves its audit records (grader.audit): the grader's
+copy of code/, committed to grader/code.git (the ledger's `code_revision`), and checkpoint.json.
 """
 
 from __future__ import annotations
 
-import bisect
-import json
 import os
 import shutil
 import sys
@@ -42,82 +31,38 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Receive, Scope, Send
-
 from rlbench.evaluation.request import EvaluationError, GraderFault
-from rlbench.grader.checks import (
-    SubmissionRefused,
-    checkpoint_manifest,
-    gpu_order,
-    inspect_checkpoint,
-    requested_gpus,
-    resolve_submission,
-    take_snapshot,
-    snapshot_code,
-)
-from rlbench.fileio.jsonio import append_jsonl, encoded_list, write_json, write_text
+from rlbench.evaluation.workers import WorkerPool
+from rlbench.fileio.jsonio import append_jsonl, write_json
+from rlbench.grader.audit import commit_code, copy_code, write_checkpoint_record
+from rlbench.grader.fingerprint import checkpoint_manifest
+from rlbench.grader.gpu_locks import GpuLocks
+from rlbench.grader.snapshot import take_snapshot
+from rlbench.grader.submission import SubmissionRefused, inspect_checkpoint, resolve_submission
+from rlbench.grader.visible import AgentFiles, public, reference_run_meta, write_timer
 from rlbench.recording.ledger import (
     GRADER_ERROR,
     is_scored,
     is_submission,
     iso_timestamp,
     json_safe,
-    reference_entry,
     safe_text,
     stored_model_path,
 )
 from rlbench.recording.repository import CODE_GIT, CodeRepository
 from rlbench.tasks.base import public_metrics
-from rlbench.evaluation.workers import WorkerPool
 
 LEDGER = "ledger.jsonl"
-# Ledger fields the agent never gets back (they stay in grader/ledger.jsonl). error_detail: a
-# failure's full story, which may quote the held-out split (rlbench.evaluation.request).
-PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance", "error_detail", "eval_timing")
-# submissions.json lists this many of the most recent requests (its totals count them all): it is
-# rewritten on every request, and must not cost more the more requests there were. (The agent's
-# INSTRUCTIONS, rlbench.agent_run.workspace, give this number.)
-SUBMISSIONS_SHOWN = 1000
 # Evaluations of the same weights killed by a signal while loading or generating (most likely out
 # of memory) that are answered as the grader's fault (503, retryable); the next is the model's (422).
 # (INSTRUCTIONS say "killed three times".)
 GRADER_FAULTS_RETRIED = 2
 ERROR_DETAIL_MAX_CHARS = 8000
-# A submission is a small JSON object; anything much bigger is a mistake (or an attack on memory).
-MAX_BODY_BYTES = 64 * 1024
-# An oversized body up to this size is read to its end and dropped before the 413 is sent: closing
-# a connection with unread data resets it, and the client would see the reset, not the answer.
-DRAIN_MAX_BYTES = 1 << 20
 # Seconds a client is told to wait before resubmitting after a grader error (Retry-After).
 RETRY_AFTER_S = 5
 # The HTTP status of a grader error: "unavailable, try again", not a fault of the request.
 GRADER_ERROR_STATUS = 503
 ERROR_MAX_CHARS = 4000
-# checkpoint.json keeps config.json up to this size (null beyond: the fingerprint covers it anyway).
-CHECKPOINT_CONFIG_MAX_BYTES = 1 << 20
-
-# bash and date only: it must run inside the sandbox. Output as the reference's CLI wrappers print it.
-TIMER_SCRIPT = """\
-#!/bin/bash
-# Time left in this run; the deadline was fixed when the run started (unix seconds).
-# Prints "Remaining: H:MM", or "Timer expired!" once the deadline has passed.
-deadline={deadline}
-left=$(( deadline - $(date +%s) ))
-if (( left > 0 )); then
-    printf 'Remaining: %d:%02d\\n' $(( left / 3600 )) $(( left % 3600 / 60 ))
-else
-    echo 'Timer expired!'
-fi
-"""
-
-
-def _whole(seconds: float) -> int | float:
-    """Seconds as an int when whole (the reference writes ints), else unchanged."""
-    return int(seconds) if float(seconds).is_integer() else seconds
 
 
 @dataclass
@@ -166,14 +111,13 @@ class Grader:
         self.best_model_dir = config.grader_dir / "best_model"
         # The agent's code at each submission that reaches scoring, one commit each (rlbench.recording.repository).
         self.code_repo = CodeRepository(config.grader_dir / CODE_GIT)
-        self.available_gpus = sorted(config.gpus, key=gpu_order)
+        self.gpu_locks = GpuLocks(config.gpus)  # evaluations on one GPU take turns
         self._state_lock = threading.Lock()
         self._idle = threading.Condition()
         self._inflight = 0
         # Where evaluations run: a warm worker per GPU set, or a fresh process each (rlbench.evaluation.workers).
         self._own_workers = workers is None
         self.workers = WorkerPool.from_settings(config.grader_dir / "workers", config.evaluation) if workers is None else workers
-        self._gpu_locks = {gpu: threading.Lock() for gpu in self.available_gpus or ["cpu"]}
         self._content_locks: dict[str, threading.Lock] = {}  # fingerprint -> in-flight lock (_score)
         self._content_locks_guard = threading.Lock()
         # fingerprint -> the numbers of its evaluation (score, primary_metric, metrics, n)
@@ -181,15 +125,8 @@ class Grader:
             config.baseline_fingerprint: {**public_metrics(config.baseline_metrics), "score": config.baseline_score}
         }
         self._kills: dict[str, int] = {}  # fingerprint -> evaluations killed while the model ran
-        # The agent's view of the recorded entries, kept up to date as each is recorded (entries
-        # never change once recorded), so that no request costs a pass over all the others.
-        self._views: dict[int, _View] = {}
-        self._request_ids: list[int] = []  # recorded requests' ids, ascending
-        self._submission_ids: list[int] = []  # those that are submissions (scores.json), ascending
-        self._submission_lines: list[str] = []  # their scores.json entries as JSON text, in the same order
-        self._reference_best: dict | None = None  # ledger.reference_best of the recorded entries
-        self._versions = {"scores.json": 0, "submissions.json": 0, "run_meta.json": 0}  # content changes
-        self._written: dict[str, int] = {}  # the version of each agent file last written
+        # The agent's view of the recorded entries and the files written from it (grader.visible).
+        self.agent_files = AgentFiles(config.workspace, config.baseline_score)
         if self.ledger_path.exists() and self.ledger_path.stat().st_size:
             raise RuntimeError(f"{self.ledger_path} holds an earlier attempt's submissions; archive it first")
         self.entries: list[dict] = []
@@ -198,19 +135,15 @@ class Grader:
         self.end_time: int | None = None  # set by finish() when the run is over
         config.grader_dir.mkdir(parents=True, exist_ok=True)
         self.ledger_path.touch()  # an empty ledger is a record too: no submission was made
-        self._write_timer()
+        write_timer(config.workspace, config.deadline)
         self._write_agent_files()
 
     # -- agent-visible state -------------------------------------------------------------
     def run_meta(self) -> dict:
         """run_meta.json as the reference writes it (int unix seconds; end_time null while running)."""
-        return {
-            "start_time": int(self.config.start_time),
-            "timeout_s": _whole(self.config.timeout_s),
-            "last_submit_time": self.last_submit_time,
-            "end_time": self.end_time,
-            "deadline": self.config.deadline,  # ours: the exact deadline, unix seconds
-        }
+        return reference_run_meta(
+            self.config.start_time, self.config.timeout_s, self.config.deadline, self.last_submit_time, self.end_time
+        )
 
     def time_info(self) -> dict:
         now = time.time()
@@ -225,80 +158,13 @@ class Grader:
         """Record the run's actual end (the agent has stopped) in run_meta.json."""
         with self._state_lock:
             self.end_time = int(end_time)
-            self._changed("run_meta.json")
+            self.agent_files.changed("run_meta.json")
             self._write_agent_files()
 
-    def _write_timer(self) -> None:
-        timer = self.config.workspace / "timer.sh"
-        timer.write_text(TIMER_SCRIPT.format(deadline=int(self.config.deadline)))
-        timer.chmod(0o755)
-
     def _write_agent_files(self) -> None:
-        """run_meta.json, scores.json and submissions.json, each when it changed since last written.
-
-        Not fsync'd (the ledger is; these are derived from it), atomic all the same. scores.json
-        is the reference's: every submission, in order; submissions.json lists the most recent
-        SUBMISSIONS_SHOWN requests, with totals over all of them."""
-        files = {
-            "run_meta.json": lambda: json.dumps(self.run_meta(), indent=2, sort_keys=True) + "\n",
-            "scores.json": lambda: encoded_list(self._submission_lines, 0) + "\n",
-            "submissions.json": self._submissions_json,
-        }
-        for name, text in files.items():
-            version = self._versions[name]
-            if self._written.get(name) != version:
-                write_text(self.config.workspace / name, text(), durable=False)
-                self._written[name] = version
-
-    def _submissions_json(self) -> str:
-        shown = self._request_ids[-SUBMISSIONS_SHOWN:]
-        head = {
-            "baseline_score": self.config.baseline_score,
-            "best": self._public(self.best) if self.best else None,
-            "total_submissions": len(self._submission_ids),
-            "requests": len(self._request_ids),
-            "submissions_shown": len(shown),  # the most recent requests; older ones are in the totals only
-        }
-        listed = encoded_list([self._views[i].public_json for i in shown], 2)
-        return json.dumps(head, indent=2, sort_keys=True)[:-2] + f',\n  "submissions": {listed}\n}}\n'
-
-    def _changed(self, *names: str) -> None:
-        for name in names:
-            self._versions[name] += 1
-
-    def _index(self, entry: dict) -> None:
-        """Add a recorded entry (or its replacement) to the agent's view: its scores.json and
-        submissions.json forms, encoded once, the ordered ids, the reference's best."""
-        sid = entry["submission_id"]
-        old = self._views.get(sid)
-        reference = reference_entry(entry) if is_submission(entry) else None
-        self._views[sid] = _View(
-            reference=reference,
-            reference_json=_encode(reference) if reference is not None else "",
-            public_json=_encode(self._public(entry, "best", "total_submissions")),
-        )
-        if old is None:
-            bisect.insort(self._request_ids, sid)
-        was_submission = old is not None and old.reference is not None
-        at = bisect.bisect_left(self._submission_ids, sid)
-        if reference is not None and not was_submission:
-            self._submission_ids.insert(at, sid)
-            self._submission_lines.insert(at, self._views[sid].reference_json)
-        elif reference is not None:
-            self._submission_lines[at] = self._views[sid].reference_json
-        elif was_submission:
-            del self._submission_ids[at], self._submission_lines[at]
-        if was_submission:  # a replaced entry may have been the best: rare, so recomputed
-            self._reference_best = None
-            for i in self._submission_ids:
-                self._reference_best = _better(self._views[i].reference, self._reference_best)
-        elif reference is not None:
-            self._reference_best = _better(reference, self._reference_best)
-        self._changed("submissions.json", *(["scores.json"] if reference is not None or was_submission else []))
-
-    @staticmethod
-    def _public(entry: dict, *also: str) -> dict:
-        return {k: v for k, v in entry.items() if k not in PRIVATE_FIELDS and k not in also}
+        """run_meta.json, scores.json and submissions.json, each when it changed since last written
+        (grader.visible.AgentFiles.write)."""
+        self.agent_files.write(self.run_meta, self.best)
 
     # -- submissions ---------------------------------------------------------------------
     def submit(self, payload: object, refusal: SubmissionRefused | None = None) -> tuple[int, dict]:
@@ -369,10 +235,10 @@ class Grader:
                     "deadline_passed",
                     f"the run's deadline passed {received - self.config.deadline:.0f} s ago: no more submissions are accepted",
                 )
-            gpus = self._gpus_for(payload.get("gpu"))
+            gpus = self.gpu_locks.for_request(payload.get("gpu"))
             entry["gpu"] = ",".join(gpus) or None
             model_dir = resolve_submission(self.config.workspace, model_path)
-            # Copied first, following no link; from here on only the copy is read (grader.checks).
+            # Copied first, following no link; from here on only the copy is read (grader.snapshot).
             copy = self.snapshots / f"{submission_id:04d}" / "model"
             # One read of the agent's files: copied (or cloned) and hashed in the same pass.
             started = time.perf_counter()
@@ -387,7 +253,7 @@ class Grader:
             status = refused.status
             entry.update(status="refused", reason=refused.reason, error=refused.message)
             if refused.reason == "invalid_gpu":
-                entry["available_gpus"] = self.available_gpus  # as the reference's 400 answer
+                entry["available_gpus"] = self.gpu_locks.available  # as the reference's 400 answer
         except EvaluationError as failure:  # the submitted model's fault
             status = 422
             entry.update(status="failed", reason="evaluation_failed", error=str(failure))
@@ -434,16 +300,6 @@ class Grader:
         self._finish_times(entry, received)
         return status, entry
 
-    def _gpus_for(self, requested: object) -> list[str]:
-        """The GPUs an evaluation may use: those requested (checked), else the first available."""
-        if requested is None:
-            return self.available_gpus[:1]
-        return requested_gpus(requested, self.available_gpus)
-
-    def _locks_for(self, gpus: list[str]) -> list[threading.Lock]:
-        """One lock per GPU, always taken in the same order, so multi-GPU requests never deadlock."""
-        return [self._gpu_locks[g] for g in sorted(gpus, key=gpu_order)] or [self._gpu_locks["cpu"]]
-
     def _content_lock(self, digest: str) -> threading.Lock:
         """The in-flight lock of one checkpoint content (kept: one small lock per distinct content)."""
         with self._content_locks_guard:
@@ -473,21 +329,21 @@ class Grader:
         The code snapshot, its commit and checkpoint.json are audit records: they never fail the
         submission."""
         pending = model_copy.parent
-        self._snapshot_code(pending / "code")
-        revision = self._commit_code(submission_id, pending / "code", (entry or {}).get("submitted_at"))
+        copy_code(self.config.workspace, pending / "code")
+        revision = commit_code(self.code_repo, submission_id, pending / "code", (entry or {}).get("submitted_at"))
         if entry is not None:
             entry["code_revision"] = revision
         if manifest is None:  # take_snapshot's, from the copy's one read; else read the copy now
             manifest = checkpoint_manifest(model_copy)
         digest = manifest["fingerprint"]
-        self._write_checkpoint_record(pending, model_copy, manifest)
+        write_checkpoint_record(pending, model_copy, manifest)
         held.enter_context(self._content_lock(digest))
         result = {"fingerprint": digest, "cached": digest in self._cache}
         if result["cached"]:
             numbers = self._cache[digest]
         else:
             with ExitStack() as gpu_locks:
-                for lock in self._locks_for(gpus):
+                for lock in self.gpu_locks.locks_for(gpus):
                     gpu_locks.enter_context(lock)
                 outcome = self._evaluate(digest, model_copy, pending / "eval", gpus)
             # Numbers only: the child's result also holds the items (completions), which may quote the split.
@@ -544,39 +400,6 @@ class Grader:
                 fault.detail or str(fault),
             ) from None
 
-    def _snapshot_code(self, dest: Path) -> None:
-        """The agent's code at submission time (small files only, bounded, no link followed:
-        grader.checks.snapshot_code); an audit record, so its failures are logged, not raised."""
-        try:
-            snapshot_code(self.config.workspace, dest)
-        except Exception:  # noqa: BLE001
-            traceback.print_exc(file=sys.stderr)
-
-    def _commit_code(self, submission_id: int, snapshot: Path, submitted_at: float | None) -> str | None:
-        """Commit the grader's copy of code/ (never the workspace itself) to grader/code.git as
-        "submission N", dated when the submission was received; its sha, or None (logged) when git
-        is missing or fails."""
-        try:
-            return self.code_repo.commit(snapshot, f"submission {submission_id}", submitted_at or time.time())
-        except Exception as exc:  # noqa: BLE001 - RecordingError or a bug: an audit record only
-            print(f"grader: submission {submission_id}: no code revision recorded: {exc}", file=sys.stderr)
-            return None
-
-    def _write_checkpoint_record(self, pending: Path, model_copy: Path, manifest: dict) -> None:
-        """snapshots/NNNN/checkpoint.json: the fingerprint, each checkpoint file's name, size and
-        sha256, and config.json (the copy's, already checked to be a JSON object); failures logged."""
-        try:
-            config_path = model_copy / "config.json"
-            try:
-                too_big = config_path.stat().st_size > CHECKPOINT_CONFIG_MAX_BYTES
-                config = None if too_big else json.loads(config_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError):
-                config = None
-            record = {**manifest, "config": config, "recorded_at": time.time()}
-            write_json(pending / "checkpoint.json", json_safe(record))
-        except Exception:  # noqa: BLE001
-            traceback.print_exc(file=sys.stderr)
-
     def _record(self, status: int, entry: dict) -> tuple[int, dict]:
         """Ledger (fsync'd), best snapshot and the agent's files; returns (status, response body).
 
@@ -595,7 +418,7 @@ class Grader:
                     self._add_totals(entry, best_too=False)
             self._append(entry)
             self._after_record(entry)
-        return status, self._public(entry)
+        return status, public(entry)
 
     def _append(self, entry: dict, attempts: int = 3) -> None:
         """The ledger line, retried a few times (a transient I/O error must not leave a hole);
@@ -623,10 +446,10 @@ class Grader:
 
     def _add_totals(self, entry: dict, best_too: bool = True) -> None:
         """Index the recorded entry (the agent's view) and give it the totals over all recorded."""
-        self._index(entry)
-        if best_too and self._reference_best is not None:  # the reference never answers "best": null
-            entry["best"] = dict(self._reference_best)
-        entry["total_submissions"] = len(self._submission_ids)
+        self.agent_files.index(entry)
+        if best_too and self.agent_files.reference_best is not None:  # the reference never answers "best": null
+            entry["best"] = dict(self.agent_files.reference_best)
+        entry["total_submissions"] = self.agent_files.submissions
 
     def _after_record(self, entry: dict) -> None:
         """Best snapshot, last_submit_time and the agent's files; failures are logged, not raised."""
@@ -643,7 +466,7 @@ class Grader:
                 pending.parent.rmdir()  # a refusal's snapshot directory, left empty (no code snapshot)
             if is_submission(entry):
                 self.last_submit_time = max(self.last_submit_time or 0, int(entry["responded_at"]))
-                self._changed("run_meta.json")
+                self.agent_files.changed("run_meta.json")
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
         try:
@@ -679,7 +502,7 @@ class Grader:
     def warm_up(self) -> None:
         """Start the evaluation worker of the default GPU set now, so that the first submission
         finds torch and the task modules imported (the runner calls it as the run starts)."""
-        self.workers.prestart(",".join(self.available_gpus[:1]) or None)
+        self.workers.prestart(",".join(self.gpu_locks.available[:1]) or None)
 
     def close(self) -> None:
         """Stop the evaluation workers (the run is over; an evaluation still running is abandoned).
@@ -699,156 +522,8 @@ class Grader:
                 "status": "ok",
                 "task": self.config.task_settings["name"],
                 "workspace": str(self.config.workspace),
-                "available_gpus": self.available_gpus,
-                "gpus": self.available_gpus,
-                "total_submissions": len(self._submission_ids),
+                "available_gpus": self.gpu_locks.available,
+                "gpus": self.gpu_locks.available,
+                "total_submissions": self.agent_files.submissions,
                 "requests": len(self.entries),
             }
-
-
-@dataclass
-class _View:
-    """One recorded entry as the agent sees it: its scores.json entry (None when it is not a
-    submission) and that entry and its submissions.json entry as JSON text, encoded once."""
-
-    reference: dict | None
-    reference_json: str
-    public_json: str
-
-
-def _encode(value: object) -> str:
-    """One value as compact JSON text (the C encoder), keys sorted as write_json sorts them."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _better(candidate: dict, best: dict | None) -> dict:
-    """ledger.reference_best one entry at a time: the highest score, the first submission on a tie."""
-    if best is None:
-        return candidate
-    score, best_score = candidate.get("score") or 0.0, best.get("score") or 0.0
-    if score > best_score or (score == best_score and candidate["submission_id"] < best["submission_id"]):
-        return candidate
-    return best
-
-
-def parse_payload(body: bytes) -> object:
-    """The request's JSON, whatever the content type says (`curl -d` sends form-encoded headers).
-
-    The reference's CLI wrappers show the submit command with escaped quotes
-    ('{\\"model_path\\": ...}'), which a shell passes on verbatim: that body is read as meant.
-    None when the body is not JSON (refused as malformed, and recorded): that includes JSON the
-    parser gives up on, nested too deeply (RecursionError) or with an over-long integer (ValueError).
-    """
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        pass
-    try:
-        text = body.decode()
-        if '\\"' in text:
-            payload = json.loads(text.replace('\\"', '"'))
-            return payload if isinstance(payload, dict) else None
-    except (ValueError, RecursionError):
-        pass
-    return None
-
-
-class BodyTooLarge(Exception):
-    """The request body is over MAX_BODY_BYTES; `drained` when it was read to its end."""
-
-    def __init__(self, size: int, drained: bool):
-        super().__init__(size)
-        self.size, self.drained = size, drained
-
-
-async def read_body(request: Request, limit: int = MAX_BODY_BYTES, drain: int = DRAIN_MAX_BYTES) -> bytes:
-    """The body, read chunk by chunk and never held beyond `limit` bytes.
-
-    Raises BodyTooLarge when the declared Content-Length or the bytes actually sent (chunked, or
-    more than declared) exceed the limit; a body up to `drain` bytes is read to its end first so
-    that the client, still sending, can read the 413. ClientDisconnect when the client left."""
-    try:  # h11 has already refused malformed lengths; this only guards against surprises
-        declared = int(request.headers.get("content-length", "0"))
-    except ValueError:
-        declared = 0
-    if declared > drain:
-        raise BodyTooLarge(declared, drained=False)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > drain:
-            raise BodyTooLarge(size, drained=False)
-        if size <= limit:
-            chunks.append(chunk)
-    if size > limit or declared > limit:
-        raise BodyTooLarge(max(size, declared), drained=True)
-    return b"".join(chunks)
-
-
-class NormalizePath:
-    """ASGI middleware: repeated slashes collapse and a trailing slash goes, before routing.
-
-    `$GRADING_SERVER_URL/` + `/submit` and `.../submit/` then reach /submit (no 404, no redirect
-    that curl would not follow); the secret is still checked as the first segment."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = scope.get("path", "/")
-            normal = "/" + "/".join(segment for segment in path.split("/") if segment)
-            if normal != path:
-                scope = {**scope, "path": normal}
-        await self.app(scope, receive, send)
-
-
-def respond(status: int, body: dict, close: bool = False) -> JSONResponse:
-    """A /submit answer; grader errors carry Retry-After, cut-off bodies close the connection."""
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if body.get("retryable") else {}
-    if close:
-        headers["Connection"] = "close"
-    return JSONResponse(status_code=status, content=body, headers=headers)
-
-
-def create_app(grader: Grader) -> FastAPI:
-    app = FastAPI(title="Agent² RL-Bench grading server", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(NormalizePath)
-    secret = grader.config.secret
-
-    def check(token: str) -> None:
-        if token != secret:
-            raise HTTPException(status_code=404, detail="unknown path: use GRADING_SERVER_URL as given")
-
-    @app.post("/{token}/submit")
-    async def submit(token: str, request: Request):
-        check(token)
-        try:
-            body = await read_body(request)
-        except ClientDisconnect:
-            return Response(status_code=400)  # nobody is left to answer, and nothing was submitted
-        except BodyTooLarge as too_large:
-            refusal = SubmissionRefused(
-                413,
-                "request_too_large",
-                f"the request body is {too_large.size} bytes; the limit is {MAX_BODY_BYTES} bytes. "
-                'Send only {"model_path": "output/v1"} (and "gpu"), never the model itself',
-            )
-            status, response = await run_in_threadpool(grader.submit, None, refusal)
-            return respond(status, response, close=not too_large.drained)
-        payload = parse_payload(body)
-        status, response = await run_in_threadpool(grader.submit, payload)
-        return respond(status, response)
-
-    @app.get("/{token}/time")
-    def time_endpoint(token: str):
-        check(token)
-        return grader.time_info()
-
-    @app.get("/{token}/health")
-    def health(token: str):
-        check(token)
-        return grader.health()
-
-    return app

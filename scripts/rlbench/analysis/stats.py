@@ -1,0 +1,189 @@
+"""The definitions the tables and the figures share, and the paper's statistics, over the runs' summary.json dicts.
+
+* a configuration is (agent, scaffold, driver, mode) (`config_key`); a cell is (configuration,
+  task, model) over its seeds (`group_runs`);
+* the Δ of a run is summary["delta"] (final evaluation of the best submission minus the baseline);
+* `delta_at_cut`: Δ when the run is cut at a fraction of its budget;
+* `pass_at_k`: expected best Δ over k seeds drawn without replacement (unbiased estimator);
+* `bootstrap_ci`: percentile bootstrap CI of the mean Δ over seeds;
+* `within_noise`: |Δ| <= the task's grader-noise band;
+* `signed`: a Δ as the Markdown tables and the figures write it.
+
+The tables (rlbench.analysis.tables) and the figures (rlbench.analysis.figures) both import them from here,
+so that a figure always shows the numbers of its table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+# |Δ| <= band is tested with this absolute slack, so that a Δ computed as best - baseline in floating
+# point (0.30000000000000004) is not pushed out of a band it sits on (0.3).
+NOISE_TOLERANCE = 1e-9
+
+
+# -- small readers of summary.json ---------------------------------------------------------------------
+def number(value) -> float | None:
+    """A finite float from a summary field, None for anything else (missing, bool, text, nan, inf)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _labels(summary: dict) -> dict:
+    labels = summary.get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def run_label(summary: dict, name: str) -> str:
+    value = _labels(summary).get(name)
+    return "" if value is None else str(value)
+
+
+def as_dict(value) -> dict:
+    """value when it is a dict, else {} (a summary field of another type reads as empty)."""
+    return value if isinstance(value, dict) else {}
+
+
+def seed_order(seed: str) -> tuple:
+    """Numeric seeds in numeric order, then any other seed label in text order."""
+    return (0, int(seed), "") if str(seed).lstrip("-").isdigit() else (1, 0, str(seed))
+
+
+def config_key(summary: dict) -> tuple[str, str, str, str]:
+    """The configuration of a run: (agent, scaffold, driver or "", mode or "free"). Reference agents
+    have scaffold "reference" and no driver."""
+    return (
+        run_label(summary, "agent"),
+        str(summary.get("scaffold") or "reference"),
+        str(summary.get("driver") or ""),
+        str(summary.get("mode") or "free"),
+    )
+
+
+def config_label(key: tuple[str, str, str, str]) -> str:
+    """A short readable name of a configuration: "sft (reference, free)",
+    "claude-sonnet (claude-code / claude-sonnet-4, free)"."""
+    agent, scaffold, driver, mode = key
+    tool = f"{scaffold} / {driver}" if driver else scaffold
+    return f"{agent} ({tool}, {mode})"
+
+
+def group_runs(summaries: list[dict]) -> dict[tuple[tuple[str, str, str, str], str, str], list[dict]]:
+    """The cells: (config_key, task, model) -> the cell's summaries in seed order; cells ordered by
+    model, configuration, task (the column order of the tables)."""
+    groups: dict = defaultdict(list)
+    for summary in summaries:
+        groups[(config_key(summary), run_label(summary, "task"), run_label(summary, "model"))].append(summary)
+    return {
+        key: sorted(runs, key=lambda s: seed_order(run_label(s, "seed")))
+        for key, runs in sorted(groups.items(), key=lambda item: (item[0][2], item[0][0], item[0][1]))
+    }
+
+
+def run_delta(summary: dict) -> float | None:
+    """The Δ of a run: summary["delta"]; None when nothing was evaluated (or the field is missing)."""
+    return number(summary.get("delta"))
+
+
+def budget_seconds(summary: dict) -> float | None:
+    """The run's budget in seconds: summary["budget_s"], else run_meta.timeout_s (older summaries)."""
+    budget = number(summary.get("budget_s"))
+    if budget is None:
+        budget = number(as_dict(summary.get("run_meta")).get("timeout_s"))
+    return budget if budget is not None and budget > 0 else None
+
+
+def noise_band(summary: dict) -> float | None:
+    """The task's grader-noise band (± points) recorded with the run; None when unknown."""
+    return number(as_dict(summary.get("grader_noise")).get("band"))
+
+
+def within_noise(delta: float | None, band: float | None) -> bool | None:
+    """True when |Δ| <= band (a deterministic grader has band 0: only Δ == 0 is inside); None when
+    either is unknown."""
+    if delta is None or band is None:
+        return None
+    return abs(delta) <= band + NOISE_TOLERANCE
+
+
+# -- the statistics of the paper --------------------------------------------------------------------
+def delta_at_cut(summary: dict, fraction: float) -> float | None:
+    """Δ of a run cut at `fraction` of its budget: the best score among its evaluated submissions
+    (summary["timeline"] items with scored true) with since_start_s <= fraction * budget_s, minus the
+    baseline; 0.0 when no evaluated submission came before the cut (the base model stands); None when
+    the budget, the baseline or the timeline is unknown. A submission without a time never counts."""
+    budget, baseline = budget_seconds(summary), number(summary.get("baseline"))
+    timeline = summary.get("timeline")
+    if budget is None or baseline is None or not isinstance(timeline, list):
+        return None
+    cut = fraction * budget
+    scores = []
+    for item in timeline:
+        if not isinstance(item, dict) or item.get("scored") is not True:
+            continue
+        since, score = number(item.get("since_start_s")), number(item.get("score"))
+        if since is not None and score is not None and since <= cut:
+            scores.append(score)
+    return max(scores) - baseline if scores else 0.0
+
+
+def pass_at_k(deltas: list[float], k: int) -> float | None:
+    """Expected best Δ over k runs drawn without replacement from the n runs (unbiased): with Δ sorted
+    ascending x_1..x_n, sum_{i=k..n} C(i-1, k-1) / C(n, k) * x_i. None when n < k (or k < 1)."""
+    values = sorted(float(d) for d in deltas)
+    n = len(values)
+    if k < 1 or n < k:
+        return None
+    total = math.comb(n, k)
+    return sum(math.comb(i - 1, k - 1) * values[i - 1] for i in range(k, n + 1)) / total
+
+
+def bootstrap_ci(
+    values: list[float], resamples: int = 10000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float] | None:
+    """Percentile bootstrap CI of the mean: `resamples` resamples of size n with replacement drawn by
+    numpy.random.default_rng(seed), bounds at the (1-confidence)/2 and 1-(1-confidence)/2 quantiles
+    of the resampled means (numpy.quantile, default method). None when n < 2. The bounds are clipped
+    to [min, max] of the values, which they lie in exactly (only floating-point sums could step out)."""
+    data = np.asarray([float(v) for v in values], dtype=float)
+    if data.size < 2 or resamples < 1:
+        return None
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(int(resamples), data.size))].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    lo_bound, hi_bound = float(data.min()), float(data.max())
+    return min(max(float(low), lo_bound), hi_bound), min(max(float(high), lo_bound), hi_bound)
+
+
+def sample_std(values: list[float]) -> float | None:
+    """Sample standard deviation (ddof=1); None when n < 2."""
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else None
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def percent(hits: int, total: int) -> float | None:
+    """100 * hits / total; None when total is 0."""
+    return 100.0 * hits / total if total else None
+
+
+def cell_band(runs: list[dict]) -> float | None:
+    """The grader-noise band of a cell: the largest band recorded by its runs (they share the task's
+    grader, so they normally agree); None when no run recorded one."""
+    bands = [b for b in (noise_band(s) for s in runs) if b is not None]
+    return max(bands) if bands else None
+
+
+def signed(value: float, decimals: int) -> str:
+    """A Δ with its sign and `decimals` decimals, as the Δ matrix's Markdown and the Δ heatmap write it."""
+    text = f"{value:+.{decimals}f}"
+    return text.replace("-", "+", 1) if float(text) == 0 else text  # no "-0.00"
+

@@ -1,0 +1,152 @@
+"""summary.json and the summary.jsonl records of one run directory, built from its route, process
+metrics, iterations, failure types, mode audit and iteration stories; the run-level overview fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlbench.fileio.jsonio import read_json, read_jsonl
+from rlbench.recording.ledger import SCORED, is_scored
+from rlbench.summaries.agent_code import code_files
+from rlbench.summaries.artifacts import base_model_dir, model_version_count
+from rlbench.summaries.failures import failure_type, improvement_success, interactive_failure
+from rlbench.summaries.iterations import iterations
+from rlbench.summaries.metrics import extra_metrics, load_run_meta, paper_metrics
+from rlbench.summaries.mode_audit import audit_run_mode
+from rlbench.summaries.routes import TRAINING_ROUTES, coding_success, run_route
+from rlbench.summaries.stories import add_iteration_stories
+from rlbench.summaries.submissions import entry_score, recorded_submissions
+
+
+def summarize(
+    run_dir: Path,
+    run: dict,
+    final: dict,
+    baseline: dict,
+    level: str | None = None,
+    base_model: str | None = None,
+    mode: str | None = None,
+) -> tuple[dict, list[dict]]:
+    """summary.json and the summary.jsonl records of one run directory.
+
+    baseline: the grader's baseline (score, fingerprint); final: final.json; base_model:
+    models/<hf_id> (artifacts.json "base_model"); mode: the agent's operating mode (its registry
+    entry, recorded in workspace.json; read from there when not given). summary.json's `mode` and
+    `mode_audit` (modes.audit_mode over the recorded code revisions) are ours, beside the
+    reference's fields."""
+    run_dir = Path(run_dir)
+    workspace, grader = run_dir / "workspace", run_dir / "grader"
+    ledger_path = grader / "ledger.jsonl"
+    ledger = list(read_jsonl(ledger_path)) if ledger_path.exists() else []
+    submissions = recorded_submissions(ledger)
+    base_model = base_model_dir(workspace, base_model)
+    meta = load_run_meta(workspace, run, submissions)
+    records = iterations(
+        submissions,
+        grader_dir=grader,
+        workspace=workspace,
+        base_model=base_model,
+        baseline_score=baseline.get("score"),
+        baseline_fingerprint=baseline.get("fingerprint"),
+        start_time=meta["start_time"],
+        exit_code=run.get("exit_code"),
+        level=level,
+    )
+    route = run_route(records)
+    summary = {
+        "labels": run.get("labels", {}),
+        "level": level,
+        "status": run["status"],
+        "exit_code": run.get("exit_code"),
+        "timed_out": run.get("timed_out"),
+        "baseline": final.get("baseline_score", baseline.get("score")),
+        "best": final.get("score"),
+        "delta": final.get("delta"),
+        "submissions": len(submissions),
+        "valid_submissions": sum(1 for e in submissions if entry_score(e) > 0),  # the paper's "valid"
+        "scored_submissions": sum(1 for e in submissions if is_scored(e)),
+        "route": route,
+        "coding_success": coding_success(route),
+        "improvement_success": improvement_success(records),
+        "failure_type": failure_type(run, records, level),
+        "run_meta": meta,
+        "metrics": paper_metrics(submissions, meta, baseline.get("score"), workspace, base_model),
+        "metrics_extra": extra_metrics(ledger, submissions, baseline.get("score"), baseline.get("fingerprint")),
+    }
+    if mode is None and (run_dir / "workspace.json").is_file():
+        manifest = read_json(run_dir / "workspace.json")
+        mode = manifest.get("mode") if isinstance(manifest, dict) else None
+    summary["mode"] = mode or "free"
+    summary["mode_audit"] = audit_run_mode(run_dir, mode, ledger, baseline.get("fingerprint"), base_model)
+    # The paper's leaderboard groups by (scaffold, driver LLM, mode): the coding-agent tool and its driver for
+    # LLM agents (run.json `llm`), "reference" and no driver for the scripted reference agents. Token totals
+    # come from the run's LLM gateway.
+    llm = run.get("llm") if isinstance(run.get("llm"), dict) else {}
+    summary["scaffold"] = (llm.get("agent_tool") or {}).get("name") or "reference"
+    summary["driver"] = (llm.get("driver") or {}).get("model")
+    summary["tokens"] = llm.get("tokens")
+    summary["stopped_by"] = run.get("stopped_by")
+    # The evaluation's own metrics (ours; "metrics" above are the paper's process metrics): which
+    # metric the scores are (the primary one, delta's), the final evaluation's and the baseline's
+    # whole metrics dicts, and the grader's noise measured on the baseline (its band goes beside delta).
+    summary["primary_metric"] = final.get("primary_metric") or baseline.get("primary_metric")
+    summary["eval_metrics"] = final.get("metrics")
+    summary["baseline_metrics"] = final.get("baseline_metrics") or baseline.get("metrics")
+    summary["grader_noise"] = final.get("grader_noise") or baseline.get("grader_noise")
+    summary.update(run_overview(run_dir, run, meta, submissions, records))
+    summary["interactive_failure"] = interactive_failure(
+        run_dir, run, records, level, baseline.get("score"), summary["failure_type"]
+    )
+    add_iteration_stories(grader, records)
+    # The optional LLM narrative (rlbench.summaries.narrative.add_narrative) fills these in when it is on.
+    summary["narrative"] = None
+    for record in records:
+        record["narrative"] = None
+    return summary, records
+
+
+def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], records: list[dict]) -> dict:
+    """summary.json's run-level overview fields (ours, beside the reference's):
+
+    budget_s (run_meta timeout_s), duration_s (run_meta end_time - start_time), best_index (1-based
+    index of the best evaluated submission, the first of ties), code_files (code files in the
+    final code/), model_versions (checkpoint directories with a config.json under output/),
+    zero_score_share (share of submissions scoring 0, failed ones included), exec_success (any
+    submission evaluated), cost_usd (the LLM gateway's cost), timeline (per submission: iteration,
+    since_start_s, score, scored, train_type) and routes_used (the training routes of the
+    iterations, in order of first use)."""
+    workspace = Path(run_dir) / "workspace"
+    start, end = meta.get("start_time"), meta.get("end_time")
+    scored = [(i, e) for i, e in enumerate(submissions, start=1) if is_scored(e)]
+    best = max(scored, key=lambda pair: entry_score(pair[1]), default=None)
+    llm = run.get("llm") if isinstance(run.get("llm"), dict) else {}
+    tokens = llm.get("tokens") if isinstance(llm.get("tokens"), dict) else {}
+    cost = tokens.get("cost_usd")
+    routes: list[str] = []
+    for record in records:
+        if record["train_type"] in TRAINING_ROUTES and record["train_type"] not in routes:
+            routes.append(record["train_type"])
+    return {
+        "budget_s": meta.get("timeout_s"),
+        "duration_s": end - start if start is not None and end is not None else None,
+        "best_index": best[0] if best else None,
+        "code_files": 0 if (workspace / "code").is_symlink() else len(code_files(workspace / "code")),
+        "model_versions": model_version_count(workspace),
+        "zero_score_share": (
+            sum(1 for e in submissions if entry_score(e) == 0) / len(submissions) if submissions else None
+        ),
+        "exec_success": bool(scored),
+        "cost_usd": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        "timeline": [
+            {
+                "iteration": record["iteration"],
+                "since_start_s": record["since_start_s"],
+                "score": record["score"],
+                "scored": record["grader_status"] in SCORED,
+                "train_type": record["train_type"],
+            }
+            for record in records
+        ],
+        "routes_used": routes,
+    }
