@@ -139,7 +139,8 @@ REPORT_DIR = "results/report"
 def report_outputs(kind, category):
     """The outputs of aggregate (kind TABLE) or report_figures (kind FIGURE), for each catalogue item of
     that kind: its first file (a table's CSV, a figure's PNG) in the HTML report under `category` (a
-    table's group as subcategory) with the item's caption, and its second file (the Markdown, the SVG)."""
+    table's group as subcategory) with the item's caption, and its second file (the Markdown, the SVG).
+    """
     outputs = {}
     for item in REPORT_ITEMS:
         if item.kind != kind:
@@ -157,7 +158,12 @@ def report_outputs(kind, category):
 
 def report_files(kind):
     """Every file of the catalogue's items of `kind` (a table's CSV and Markdown, a figure's PNG and SVG)."""
-    return [f"{REPORT_DIR}/{path}" for item in REPORT_ITEMS if item.kind == kind for path in item.files.values()]
+    return [
+        f"{REPORT_DIR}/{path}"
+        for item in REPORT_ITEMS
+        if item.kind == kind
+        for path in item.files.values()
+    ]
 
 
 def get_narrative_model_input(wildcards):
