@@ -9,7 +9,9 @@ sys.stderr = open(snakemake.log[0], "w")
 from rlbench.config import current_task_settings
 from rlbench.evaluation.evaluate import evaluation_resources
 from rlbench.fileio.jsonio import read_json
-from rlbench.agent_run.runner import RunSpec, run_agent, stop_with_owner
+from rlbench.agent_run.runner import run_agent
+from rlbench.agent_run.spec import RunSpec
+from rlbench.agent_run.supervision import stop_with_owner
 
 # The runner must not outlive the Snakemake that started it: killed with -9, Snakemake cannot stop its jobs,
 # and an orphaned runner (agent and grader included) would race the attempt a resumed sweep starts. When the

@@ -44,7 +44,9 @@ from rlbench.grader.fingerprint import fingerprint
 from rlbench.grader.server import GradingServer, new_secret
 from rlbench.fileio.jsonio import read_json
 from rlbench.recording.ledger import reference_view
-from rlbench.agent_run.runner import REPO_ROOT, RunSpec, run_agent
+from rlbench.agent_run.runner import run_agent
+from rlbench.agent_run.spec import RunSpec
+from rlbench.paths import REPO_ROOT
 from rlbench.sandbox.bubblewrap import bubblewrap_available
 from rlbench.tasks.gsm8k import GSM8K
 from rlbench.agent_run.workspace import prepare_workspace

@@ -11,7 +11,8 @@ from rlbench.coding_agents.adapters import ADAPTERS, build_prompt, get_adapter
 from rlbench.coding_agents.session import PROVIDER_KEY_VARS, scrub_provider_keys
 from rlbench.config import ConfigError, Registries, load_registry
 from rlbench.fileio.jsonio import read_json
-from rlbench.agent_run.runner import refuse_provider_key, run_agent
+from rlbench.agent_run.environment import refuse_provider_key
+from rlbench.agent_run.runner import run_agent
 from rlbench.coding_agents.tools import SetupError, find_python
 from support.runs import spec_for
 

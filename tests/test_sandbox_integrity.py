@@ -22,7 +22,8 @@ import pytest
 
 from rlbench.agent_run.attempts import kill_marked, marked_processes
 from rlbench.fileio.jsonio import read_json
-from rlbench.agent_run.runner import REPO_ROOT, run_agent
+from rlbench.agent_run.runner import run_agent
+from rlbench.paths import REPO_ROOT
 from rlbench.sandbox.bubblewrap import bubblewrap_available, split_masks
 from support.runs import spec_for
 
@@ -253,7 +254,8 @@ def test_agent_ending_on_sigterm_is_recorded_as_such(workspace, tiny_model, gsm8
 RUNNER = """\
 import pickle, sys
 sys.path.insert(0, {scripts!r})
-from rlbench.agent_run.runner import run_agent, stop_with_owner
+from rlbench.agent_run.runner import run_agent
+from rlbench.agent_run.supervision import stop_with_owner
 stop_with_owner(interval_s=0.2)
 run_agent(pickle.load(open(sys.argv[1], "rb")))
 """

@@ -25,7 +25,8 @@ from rlbench.coding_agents.adapters import get_adapter
 from rlbench.coding_agents.adapters.base import GatewayEndpoint, LaunchContext
 from rlbench.config import Registries
 from rlbench.fileio.jsonio import read_json, read_jsonl
-from rlbench.agent_run.runner import AGENTS_DIR, run_agent
+from rlbench.agent_run.runner import run_agent
+from rlbench.paths import AGENTS_DIR
 from support.runs import spec_for
 from support.settings import REPO
 

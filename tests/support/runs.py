@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.grader.fingerprint import fingerprint
-from rlbench.agent_run.runner import RunSpec
+from rlbench.agent_run.spec import RunSpec
 
 from support.settings import EVALUATION, GSM8K_SETTINGS
 

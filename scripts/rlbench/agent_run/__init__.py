@@ -1,5 +1,12 @@
-"""Run one agent under its budget: the workspace it gets, the grader and the sandboxed agent started and
-stopped together, attempts archived when a run is interrupted.
+"""Run one agent under its budget.
+
+- spec: what a run is given (RunSpec) and what it records (RunRecord, run.json)
+- workspace: the agent's workspace (base model and training split read-only, task files, rules)
+- environment: the agent's command and environment, what the sandbox hides and shows
+- process_tree: finding, stopping and reading the exit of the agent's processes
+- supervision: waiting until the deadline, stopping on request, stopping with the Snakemake that started it
+- attempts: an interrupted attempt archived, never overwritten; the run marker
+- runner: run_agent, the grader and the sandboxed agent started and stopped together
 
 Builds on: paths, fileio, proc, sandbox, tasks, recording, grader, coding_agents.
 """

@@ -2,7 +2,7 @@
 
 A runner killed with -9 cannot stop what it started; the kernel can: an evaluation child dies
 with its grader, and a runner gets SIGTERM when the Snakemake that started it is gone (the
-runner adds a watchdog for shells in between: rlbench.agent_run.runner.stop_with_owner).
+runner adds a watchdog for shells in between: rlbench.agent_run.supervision.stop_with_owner).
 """
 
 from __future__ import annotations

@@ -1,0 +1,453 @@
+"""Our batched, prefix-cached text generator (CachedBatchGenerator) and its cache structures: the
+radix tree of shared prompt prefixes (_Node) and each episode's cached tokens (_Entry).
+
+All prompts of a call go in one batched greedy decode (one forward per decoded token for all live
+rows); the KV cache of each episode is kept between calls and reused up to the longest common
+*token* prefix of the new full-prompt tokenization, and prompt prefixes shared by several episodes
+(the few-shot examples) are computed and stored once, in a radix tree.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rlbench.generation.backends import cut_at_stop
+from rlbench.generation.kv_buffer import BufferLayer, make_cache, use_masked_gqa_sdpa
+from rlbench.generation.textgen_base import HFModel, TextGenerator, contains_stop, new_stats
+
+
+def _lcp(a, b) -> int:
+    """Length of the longest common prefix of two token sequences (lists/tuples of ints)."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    if a[:n] == b[:n]:  # C-speed fast path (the usual case: a prompt extends the cached tokens)
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class _Node:
+    """A radix-tree node of shared prompt prefixes: `tokens` follow the parent's tokens; `kv` holds
+    one (keys, values) pair per layer for exactly these tokens, shaped [1, kv_heads, n, head_dim]."""
+
+    __slots__ = ("parent", "tokens", "kv", "children", "full", "last_used")
+
+    def __init__(self, parent, tokens: tuple, kv):
+        self.parent = parent
+        self.tokens = tokens
+        self.kv = kv
+        self.children: dict = {}  # first token -> child
+        self.full: tuple = (parent.full if parent is not None else ()) + tokens
+        self.last_used = 0
+
+    @property
+    def end(self) -> int:
+        return len(self.full)
+
+    @property
+    def start(self) -> int:
+        return len(self.full) - len(self.tokens)
+
+    def chain(self) -> list:
+        nodes, node = [], self
+        while node is not None and node.parent is not None:  # the root holds nothing
+            nodes.append(node)
+            node = node.parent
+        return nodes[::-1]
+
+
+def _anchor(node: _Node, length: int) -> _Node:
+    """The deepest node on `node`'s chain whose segment starts before `length` (root if 0)."""
+    while node.parent is not None and node.start >= length:
+        node = node.parent
+    return node
+
+
+class _Entry:
+    """What is cached for one key: the first `base` tokens of the shared chain ending at `node`,
+    then private tokens `own` with their per-layer KV `own_kv` ([1, kv_heads, len(own), head_dim])."""
+
+    __slots__ = ("node", "base", "own", "own_kv")
+
+    def __init__(self, node: _Node, base: int, own: list | None = None, own_kv=None):
+        self.node, self.base, self.own, self.own_kv = node, base, tuple(own or ()), own_kv
+
+    def tokens(self) -> tuple:
+        return self.node.full[: self.base] + self.own
+
+    def __len__(self) -> int:
+        return self.base + len(self.own)
+
+
+class CachedBatchGenerator(TextGenerator):
+    """All prompts of a call in one batched greedy decode, with KV reuse between calls.
+
+    Per key, the longest common token prefix of the new full-prompt tokenization and the tokens
+    cached for that key is reused (generated tokens included); prefixes shared by several keys
+    (>= `min_shared` tokens) live once in a radix tree of KV segments, which new keys are seeded
+    from. A call assembles a batch cache in one preallocated buffer per layer: each row's cached
+    tokens (left-padded), then a window in which every row's uncached suffix is prefilled
+    (right-aligned, pads masked), then the decoded tokens; a per-row 4D mask and explicit position
+    ids make every row see exactly its own tokens at their unpadded positions. Decoding is one
+    forward per token for all live rows; once `retire_fraction` of them have finished, those rows'
+    caches are copied out and the buffer is compacted to the others. At the end each row's private
+    part is copied out (pad slots dropped) and the buffers are freed.
+
+    Memory: at rest, the tree (each shared prefix once) plus each key's private tokens; during a
+    call, the batch buffer (rows x (longest cached + suffix window + max_new_tokens) tokens, the
+    shared prefix repeated per row there, as batched SDPA needs it).
+
+    stats["prompt_tokens_computed"] counts every prompt token run through the model, the shared
+    prefixes' (tree) computation included; "prompt_tokens_reused" those taken from a cache.
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model_dir: Path,
+        device: str | None = None,
+        dtype=None,
+        min_shared: int = 32,
+        idle_prefix_tokens: int = 16384,
+        retire_fraction: float = 0.5,
+    ):
+        self.hf = HFModel(model_dir, device=device, dtype=dtype)
+        self.torch = self.hf.torch
+        self.min_shared = min_shared
+        self.idle_prefix_tokens = idle_prefix_tokens
+        self.retire_fraction = retire_fraction
+        self.root = _Node(None, (), None)
+        self.entries: dict = {}
+        self.stats = new_stats()
+        self._clock = 0
+        config = self.hf.model.config.get_text_config()
+        self.n_layers = config.num_hidden_layers
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        use_masked_gqa_sdpa(self.hf.model)  # (the masks below are 4D booleans: True = attend)
+
+    # -- public ---------------------------------------------------------------------------------
+    def release(self, key) -> None:
+        self.entries.pop(key, None)
+        self._prune()
+
+    def cached_tokens(self) -> dict:
+        """Tokens held in KV form: shared (tree) and private (per key), for memory accounting."""
+        shared = sum(len(n.tokens) for n in self._nodes())
+        private = sum(len(e.own) for e in self.entries.values())
+        return {"shared": shared, "private": private, "keys": len(self.entries)}
+
+    def generate(self, prompts: dict, max_new_tokens: int, stop: list[str] | None) -> dict:
+        started = time.perf_counter()
+        self._clock += 1
+        stats, hf = self.stats, self.hf
+        stats["calls"] += 1
+        results: dict = {}
+        ids: dict = {}
+        for key, prompt in prompts.items():
+            tokens = tuple(hf.encode(prompt))  # tuples throughout: _lcp compares slices
+            stats["prompts"] += 1
+            stats["prompt_tokens"] += len(tokens)
+            if not hf.fits(len(tokens), max_new_tokens) or not tokens:
+                stats["over_context"] += int(bool(tokens))
+                results[key] = None
+                continue
+            ids[key] = tokens
+        if ids:
+            try:
+                with self.torch.inference_mode():
+                    self._seed_new_keys(ids)
+                    results.update(self._run(ids, max_new_tokens, stop))
+            except BaseException:
+                for key in ids:  # a half-updated cache must not be trusted
+                    self.entries.pop(key, None)
+                raise
+        self._prune()
+        stats["generate_seconds"] += time.perf_counter() - started
+        return {key: results[key] for key in prompts}
+
+    # -- the prefix tree ------------------------------------------------------------------------
+    def _nodes(self):
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def _match(self, tokens) -> tuple[_Node, int]:
+        """The deepest tree position along `tokens`: (node, matched length), the match possibly
+        ending inside the node's segment (its KV prefix is valid on its own)."""
+        node, pos = self.root, 0
+        while pos < len(tokens):
+            child = node.children.get(tokens[pos])
+            if child is None:
+                break
+            n = _lcp(child.tokens, tokens[pos : pos + len(child.tokens)])
+            node, pos = child, pos + n
+            if n < len(child.tokens):
+                break
+        return node, pos
+
+    def _split(self, node: _Node, at: int) -> _Node:
+        """Split `node` so that a node ends at absolute position `at` (inside its segment); the
+        original object keeps the tail (entries pointing at it stay valid); returns the head."""
+        cut = at - node.start
+        parent = node.parent
+        head = _Node(parent, node.tokens[:cut], [(k[:, :, :cut], v[:, :, :cut]) for k, v in node.kv])
+        head.last_used = node.last_used
+        parent.children[head.tokens[0]] = head
+        node.parent = head
+        node.tokens = node.tokens[cut:]
+        node.kv = [(k[:, :, cut:], v[:, :, cut:]) for k, v in node.kv]
+        head.children[node.tokens[0]] = node
+        return head
+
+    def _ensure_node(self, tokens) -> _Node:
+        """A tree node ending exactly at len(tokens), computing the missing segment (batch 1)."""
+        node, pos = self._match(tokens)
+        if pos < node.end:
+            node = self._split(node, pos)
+        if pos == len(tokens):
+            return node
+        segment = tuple(tokens[pos:])
+        kv = self._compute_segment(node, segment)
+        child = _Node(node, segment, kv)
+        node.children[segment[0]] = child
+        return child
+
+    def _compute_segment(self, parent: _Node, segment: tuple):
+        torch = self.torch
+        start, n = parent.end, len(segment)
+        layers = self._alloc(1, start + n)
+        for nd in parent.chain():
+            for (kb, vb), (k, v) in zip(layers, nd.kv):
+                kb[:, :, nd.start : nd.end] = k
+                vb[:, :, nd.start : nd.end] = v
+        valid = torch.ones(1, start + n, dtype=torch.bool, device=self.hf.device)
+        self._forward(layers, start, torch.tensor([segment], device=self.hf.device), valid,
+                      torch.arange(start, start + n, device=self.hf.device)[None], keep=False)
+        self.stats["prompt_tokens_computed"] += n
+        return [(kb[:, :, start:].clone(), vb[:, :, start:].clone()) for kb, vb in layers]
+
+    def _seed_new_keys(self, ids: dict) -> None:
+        """Keys without a cache: when their prompt shares >= min_shared tokens with another prompt
+        (of this call, or cached), put that common prefix into the tree (computed once)."""
+        new = [k for k in ids if k not in self.entries]
+        if not new:
+            return
+        sequences = [(ids[k], k) for k in ids] + [(e.tokens(), None) for k, e in self.entries.items() if k not in ids]
+        sequences.sort(key=lambda item: item[0])
+        position = {key: i for i, (_seq, key) in enumerate(sequences) if key is not None}
+        wanted = []
+        for key in new:
+            i = position[key]
+            seq = sequences[i][0]
+            best = max(
+                (_lcp(seq, sequences[j][0]) for j in (i - 1, i + 1) if 0 <= j < len(sequences)), default=0
+            )
+            best = min(best, len(seq) - 1)
+            if best >= self.min_shared:
+                wanted.append(seq[:best])
+        for prefix in sorted(set(wanted), key=len):
+            self._ensure_node(prefix)
+
+    # -- one call -------------------------------------------------------------------------------
+    def _alloc(self, batch: int, capacity: int):
+        torch = self.torch
+        shape = (batch, self.kv_heads, capacity, self.head_dim)
+        dtype, device = self.hf.model.dtype, self.hf.device
+        return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+                for _ in range(self.n_layers)]
+
+    def _forward(self, layers, length: int, input_ids, valid, position_ids, keep: bool = True):
+        """One forward of `input_ids` [B, q] written at buffer columns [length, length + q); `valid`
+        [B, length + q] says which columns each row may attend to (besides causality)."""
+        torch = self.torch
+        q = input_ids.shape[1]
+        total = length + q
+        cols = torch.arange(total, device=valid.device)
+        rows = torch.arange(length, total, device=valid.device)
+        allowed = valid[:, None, None, :] & (cols[None, None, None, :] <= rows[None, None, :, None])
+        # A padding query sees at least itself (no all-masked row, no NaN anywhere in the buffer).
+        allowed |= cols[None, None, None, :] == rows[None, None, :, None]
+        cache = make_cache([BufferLayer(k, v, length) for k, v in layers])
+        out = self.hf.model(
+            input_ids=input_ids,
+            attention_mask=allowed,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.stats["forward_calls"] += 1
+        return out.logits[:, -1, :] if keep else None
+
+    def _plan_row(self, key, tokens: list):
+        """(entry, reused): the cache to start from for `tokens` and how many tokens of it to use."""
+        limit = len(tokens) - 1  # the last prompt token is always fed (its logits start decoding)
+        node, matched = self._match(tokens)
+        tree_len = min(matched, limit)
+        entry = self.entries.get(key)
+        own_len = min(_lcp(entry.tokens(), tokens), limit) if entry is not None else -1
+        if own_len > tree_len:
+            return entry, own_len
+        return _Entry(_anchor(node, tree_len), tree_len), tree_len
+
+    def _run(self, ids: dict, max_new_tokens: int, stop) -> dict:
+        torch, hf, stats = self.torch, self.hf, self.stats
+        device = hf.device
+        keys = list(ids)
+        plans = []
+        for key in keys:
+            entry, reused = self._plan_row(key, ids[key])
+            plans.append((key, entry, reused))
+        batch = len(keys)
+        cached_max = max(reused for _k, _e, reused in plans)
+        window = max(len(ids[k]) - reused for k, _e, reused in plans)
+        capacity = cached_max + window + max(max_new_tokens - 1, 0)
+        layers = self._alloc(batch, capacity)
+        valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        input_ids = torch.full((batch, window), hf.pad_id, dtype=torch.long, device=device)
+        position_ids = torch.zeros(batch, window, dtype=torch.long, device=device)
+        for row, (key, entry, reused) in enumerate(plans):
+            tokens = ids[key]
+            offset = cached_max - reused  # left padding of the cached part
+            self._copy_cached(layers, row, offset, entry, reused)
+            valid[row, offset:cached_max] = True
+            suffix = tokens[reused:]
+            lead = window - len(suffix)
+            input_ids[row, lead:] = torch.tensor(suffix, dtype=torch.long)
+            position_ids[row, lead:] = torch.arange(reused, len(tokens))
+            position_ids[row, :lead] = reused
+            valid[row, cached_max + lead : cached_max + window] = True
+            self.entries[key] = entry  # (re-pointed below, after the call)
+            entry.own_kv = None  # the buffer holds it now; the copy out rebuilds it
+            stats["prompt_tokens_reused"] += reused
+            stats["prompt_tokens_computed"] += len(suffix)
+
+        length = cached_max
+        logits = self._forward(layers, length, input_ids, valid[:, : length + window], position_ids)
+        length += window
+        generated = [[] for _ in range(batch)]
+        finished = [False] * batch
+        next_pos = torch.tensor([len(ids[k]) for k in keys], dtype=torch.long, device=device)
+        active = list(range(batch))  # plan index of each buffer row
+        results = {}
+
+        def finish(index: int, buffer_row: int) -> None:
+            key, entry, reused = plans[index]
+            gen = generated[index]
+            stats["generated_tokens"] += len(gen)
+            results[key] = cut_at_stop(hf.decode(gen), stop)
+            fed = gen[: len(gen) - 1]  # the last generated token was never fed (no KV)
+            tokens = ids[key] + tuple(fed)
+            self.entries[key] = self._copy_out(
+                layers, buffer_row, cached_max, window, len(ids[key]) - reused, entry, reused, tokens
+            )
+            entry.node.last_used = self._clock
+
+        while True:
+            chosen = torch.argmax(logits, dim=-1).tolist()
+            for row, index in enumerate(active):
+                if finished[index]:
+                    continue
+                token = chosen[row]
+                generated[index].append(token)
+                if (
+                    token in hf.eos
+                    or len(generated[index]) >= max_new_tokens
+                    or contains_stop(hf.decode(generated[index]), stop)
+                ):
+                    finished[index] = True
+            done = [row for row, index in enumerate(active) if finished[index]]
+            if len(done) == len(active):
+                break
+            if done and len(done) >= self.retire_fraction * len(active):
+                # Retire the finished rows: their caches out, the buffer compacted to the rest, so
+                # the remaining decode steps no longer compute (and attend over) them.
+                for row in done:
+                    finish(active[row], row)
+                stats["rows_retired_early"] += len(done)
+                keep = [row for row, index in enumerate(active) if not finished[index]]
+                select = torch.tensor(keep, dtype=torch.long, device=device)
+                layers = [(k.index_select(0, select), v.index_select(0, select)) for k, v in layers]
+                valid, next_pos = valid.index_select(0, select), next_pos.index_select(0, select)
+                chosen = [chosen[row] for row in keep]
+                active = [active[row] for row in keep]
+            feed = torch.tensor(
+                [[chosen[row] if not finished[index] else hf.pad_id] for row, index in enumerate(active)],
+                device=device,
+            )
+            valid[:, length] = True
+            logits = self._forward(layers, length, feed, valid[:, : length + 1], next_pos[:, None])
+            next_pos += 1
+            length += 1
+        for row, index in enumerate(active):
+            finish(index, row)
+        return {key: results[key] for key in keys}
+
+    def _copy_cached(self, layers, row: int, offset: int, entry: _Entry, reused: int) -> None:
+        """Write the first `reused` cached tokens of `entry` into buffer row `row` from `offset`."""
+        if reused == 0:
+            return
+        col = offset
+        for nd in entry.node.chain():
+            if nd.start >= reused:
+                break
+            n = min(nd.end, reused) - nd.start
+            for (kb, vb), (k, v) in zip(layers, nd.kv):
+                kb[row, :, col : col + n] = k[0, :, :n]
+                vb[row, :, col : col + n] = v[0, :, :n]
+            col += n
+        rest = reused - min(entry.base, reused)
+        if rest > 0:
+            for (kb, vb), (k, v) in zip(layers, entry.own_kv):
+                kb[row, :, col : col + rest] = k[0, :, :rest]
+                vb[row, :, col : col + rest] = v[0, :, :rest]
+            col += rest
+        assert col == offset + reused
+
+    def _copy_out(self, layers, row, cached_max, window, suffix_len, entry: _Entry, reused, tokens) -> _Entry:
+        """The row's new private cache: everything after its shared base, pad slots dropped."""
+        torch = self.torch
+        base = min(entry.base, reused)
+        offset = cached_max - reused  # the row's cached part: columns [offset, cached_max)
+        pieces = []
+        if reused > base:
+            pieces.append((offset + base, cached_max))
+        pieces.append((cached_max + window - suffix_len, cached_max + window))  # right-aligned suffix
+        n_fed = len(tokens) - reused - suffix_len  # generated tokens fed back, after the window
+        if n_fed:
+            pieces.append((cached_max + window, cached_max + window + n_fed))
+        own_kv = []
+        for kb, vb in layers:
+            own_kv.append((
+                torch.cat([kb[row : row + 1, :, a:b] for a, b in pieces], dim=2).clone(),
+                torch.cat([vb[row : row + 1, :, a:b] for a, b in pieces], dim=2).clone(),
+            ))
+        return _Entry(_anchor(entry.node, base), base, tokens[base:], own_kv)
+
+    def _prune(self) -> None:
+        """Drop tree leaves no entry uses, least recently used first, beyond the idle budget."""
+        used = set()
+        for entry in self.entries.values():
+            node = entry.node
+            while node is not None and id(node) not in used:
+                used.add(id(node))
+                node = node.parent
+        while True:
+            idle = [n for n in self._nodes() if id(n) not in used and not n.children]
+            idle_tokens = sum(len(n.tokens) for n in self._nodes() if id(n) not in used)
+            if idle_tokens <= self.idle_prefix_tokens or not idle:
+                return
+            victim = min(idle, key=lambda n: n.last_used)
+            victim.parent.children.pop(victim.tokens[0], None)
