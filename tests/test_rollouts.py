@@ -9,7 +9,9 @@ import pytest
 
 from rlbench.generation.backends import cut_at_stop
 from rlbench.models.materialise import prepare_model
-from rlbench.generation.textgen import CachedBatchGenerator, FullPromptGenerator, load_text_generator
+from rlbench.generation.full_prompt import FullPromptGenerator
+from rlbench.generation.prefix_cache import CachedBatchGenerator
+from rlbench.generation.textgen import load_text_generator
 from rlbench.tasks.alfworld.public import clean_action, history_entry
 
 PREFIXES = [

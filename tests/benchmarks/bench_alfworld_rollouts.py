@@ -6,7 +6,7 @@
 
 Plays the same held-out-style episodes twice:
 - ours: every live episode advanced in lockstep, one batched generation call per step
-  (rlbench.generation.textgen.CachedBatchGenerator: the shared few-shot prefix computed once, each
+  (rlbench.generation.prefix_cache.CachedBatchGenerator: the shared few-shot prefix computed once, each
   episode's history kept as KV cache between steps), the games stepping in an EnvPool of
   --workers processes (rlbench.tasks.alfworld.rollout.play_episodes, lockstep=True);
 - the reference's loop: one episode at a time, the whole prompt computed at every step
@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import yaml  # noqa: E402
 
 from rlbench.models.materialise import prepare_model  # noqa: E402
-from rlbench.generation.textgen import CachedBatchGenerator, FullPromptGenerator  # noqa: E402
+from rlbench.generation.full_prompt import FullPromptGenerator  # noqa: E402
+from rlbench.generation.prefix_cache import CachedBatchGenerator  # noqa: E402
 from rlbench.tasks.alfworld import public  # noqa: E402
 from rlbench.tasks.alfworld.rollout import play_episodes  # noqa: E402
 

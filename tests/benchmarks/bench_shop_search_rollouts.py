@@ -7,7 +7,7 @@
 Builds each task's held-out split offline (the task's own build_games, with a benchmark salt)
 and plays the same episodes twice with the same model:
 - ours: every live episode advanced in lockstep, one batched generation call per step
-  (rlbench.generation.textgen.CachedBatchGenerator: each episode's prompt kept as KV cache between steps
+  (rlbench.generation.prefix_cache.CachedBatchGenerator: each episode's prompt kept as KV cache between steps
   and shared prefixes computed once), the task's own play loop (max_live = all episodes);
 - the reference's loop: one episode at a time (max_live = 1), the whole prompt computed at every
   step (FullPromptGenerator: transformers generate, batch 1).
@@ -34,7 +34,8 @@ import yaml  # noqa: E402
 
 from rlbench.fileio.jsonio import read_jsonl  # noqa: E402
 from rlbench.models.materialise import prepare_model  # noqa: E402
-from rlbench.generation.textgen import CachedBatchGenerator, FullPromptGenerator  # noqa: E402
+from rlbench.generation.full_prompt import FullPromptGenerator  # noqa: E402
+from rlbench.generation.prefix_cache import CachedBatchGenerator  # noqa: E402
 from rlbench.tasks import get_task  # noqa: E402
 
 SALT = "benchmark-salt"

@@ -1,5 +1,5 @@
 """Text generation behind one interface: the backends (transformers on CPU/GPU, vLLM on GPU) and the
-prefix-cached text generator that multi-step rollouts use (textgen).
+text generators that multi-step rollouts use (textgen chooses one; the prefix-cached one is prefix_cache).
 
 Builds on: nothing in the library.
 """

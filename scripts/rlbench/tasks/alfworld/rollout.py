@@ -120,7 +120,7 @@ def _environment(settings: dict) -> dict:
 
 class ReActRollout:
     """The evaluation's rollout: every held-out game played with the submitted model, in lockstep
-    (rlbench.generation.textgen' cached batched generation), the games stepping in a pool of processes."""
+    (rlbench.generation.prefix_cache's cached batched generation), the games stepping in a pool of processes."""
 
     def __init__(self, settings: dict):
         self.settings = settings
@@ -150,9 +150,10 @@ class ReActRollout:
         return {"episodes": episodes, "timings": timings, "generator": getattr(generator, "stats", None)}
 
     def code_files(self) -> list[Path]:
-        import rlbench.generation.textgen
+        from rlbench.generation import full_prompt, kv_buffer, prefix_cache, textgen, textgen_base, vllm_text
 
-        return [Path(public.__file__), Path(rlbench.generation.textgen.__file__)]
+        generation = (textgen, textgen_base, full_prompt, prefix_cache, kv_buffer, vllm_text)
+        return [Path(public.__file__), *(Path(module.__file__) for module in generation)]
 
 
 class SuccessScorer:

@@ -155,9 +155,10 @@ class WebShopRollout:
         return {"episodes": episodes, "timings": timings, "generator": getattr(generator, "stats", None)}
 
     def code_files(self) -> list[Path]:
-        import rlbench.generation.textgen
+        from rlbench.generation import full_prompt, kv_buffer, prefix_cache, textgen, textgen_base, vllm_text
 
-        return [Path(public.__file__), Path(rlbench.generation.textgen.__file__)]
+        generation = (textgen, textgen_base, full_prompt, prefix_cache, kv_buffer, vllm_text)
+        return [Path(public.__file__), *(Path(module.__file__) for module in generation)]
 
 
 def _rate(count: int, n: int) -> float:
