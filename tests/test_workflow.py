@@ -217,6 +217,23 @@ def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(changed, tmp_
         (tmp_path / "final.json").rename(final)
     assert planned_jobs(changed) == {}
 
+    # Runs recorded by an older harness: every recorded file is older than the rule scripts, as after a
+    # checkout of a newer version. A plain run would redo everything (Snakemake reruns a script rule whose
+    # script is newer than its outputs); the regeneration still reruns the analysis stage only.
+    def stamp_results(seconds: float) -> None:
+        for path in [*(changed / "results").rglob("*"), changed / "results"]:
+            os.utime(path, (seconds, seconds), follow_symlinks=False)
+
+    stamp_results((REPO / "scripts" / "summarize_run.py").stat().st_mtime - 86400)
+    assert "prepare_data" in planned_jobs(changed)
+    aged = {name: mtimes(changed, name) for name in recorded}
+    proc = regenerate(changed, tmp_path / "updated.html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {name: mtimes(changed, name) for name in recorded} == aged  # no agent, no evaluation reran
+    assert {name: (report / f"{name}.csv").read_bytes() for name in tables} == tables
+    stamp_results(time.time())  # the copy as the next tests expect it: up to date
+    assert planned_jobs(changed) == {}
+
 
 def chromium_or_skip() -> None:
     from rlbench.analysis.browser import find_chromium
