@@ -48,7 +48,7 @@ import pytest
 import requests
 
 from rlbench.fileio.jsonio import read_json, read_jsonl
-from rlbench.recording.ledger import REFERENCE_FIELDS
+from rlbench.recording.ledger import REFERENCE_FIELDS, is_submission
 from rlbench.sandbox.bubblewrap import bubblewrap_available
 from support.models import copy_model, perturb
 
@@ -166,7 +166,10 @@ def test_instructions_and_readme_curl_lines(workspace, start_grader, tiny_model)
     assert health["workspace"] == str(server.grader.config.workspace)
     assert health["available_gpus"] == ["0", "1", "2", "3"]  # sorted, as the reference
     info = curl_json(INSTRUCTIONS_TIME, server, workspace)
-    assert info["last_submit_time"] == int(list(read_jsonl(server.grader.ledger_path))[-1]["responded_at"])
+    # The last submission the reference records: the three repeats after the first are answered from its cache
+    # and record nothing (they may well fall into the next second on a loaded machine).
+    recorded = [e for e in read_jsonl(server.grader.ledger_path) if is_submission(e)]
+    assert len(recorded) == 1 and info["last_submit_time"] == int(recorded[-1]["responded_at"])
 
 
 def test_our_instructions_commands_work_as_written(workspace, start_grader, tiny_model):
