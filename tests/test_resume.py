@@ -11,6 +11,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from rlbench.agent_run.attempts import marked_processes
 from rlbench.fileio.jsonio import read_json, read_jsonl
 from support.faults import audit_submissions
@@ -31,6 +33,7 @@ from support.workflow import (
 CONFIG = {**SFT_RUN_CONFIG, "sandbox": {"backend": "none"}}
 
 
+@pytest.mark.slow  # 80-95 s; the fault-injection trials (slow tier too) kill the same run at other moments
 def test_killed_sweep_resumes_with_a_new_attempt_and_keeps_the_old_ledger(tmp_path):
     workdir = make_workdir(tmp_path, CONFIG)
     run_dir = workdir / SFT_RUN
