@@ -140,6 +140,10 @@ def background_sweeps(request, tmp_path_factory):
     )
 
     read = set().union(*(background_sweeps_read(item) for item in request.session.items))
+    # The session's base temporary directory, made here, before any sweep's thread asks for one: pytest creates
+    # it on first use, and a thread racing the first test's tmp_path for it fails its mktemp ("is not a
+    # normalized and relative path", seen on a fresh clone).
+    tmp_path_factory.getbasetemp()
     sweeps: dict[str, BackgroundSweep] = {}
     if read & {"session_sweep", "controls_sweep"}:
         sweeps["session_sweep"] = BackgroundSweep(
