@@ -11,7 +11,7 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.evaluation.evaluate import evaluate_model, evaluation_resources, noise_summary
-from rlbench.grader.fingerprint import fingerprint
+from rlbench.grader.fingerprint import checkpoint_manifest
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.provenance import provenance
 from rlbench.tasks import get_task
@@ -19,7 +19,8 @@ from rlbench.tasks import get_task
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 model_dir, eval_dir = Path(snakemake.input.model), Path(snakemake.input.eval).parent
 resources = evaluation_resources(snakemake.input, snakemake.params.judgments)
-digest = fingerprint(model_dir)
+manifest = checkpoint_manifest(model_dir)
+digest = manifest["fingerprint"]
 repeats = get_task(settings).noise_repeats(settings)
 result = evaluate_model(settings, model_dir, eval_dir, evaluation, resources=resources)
 scores = [result["score"]]
@@ -30,6 +31,8 @@ result.update(
     task=snakemake.wildcards.task,
     model=snakemake.wildcards.model,
     fingerprint=digest,
+    # the checkpoint files' total: what bounds a submission's size (grader.checkpoint_size_factor)
+    model_bytes=sum(f["size"] for f in manifest["files"]),
     grader_noise=noise_summary(scores),
     provenance=provenance(
         settings,

@@ -29,7 +29,8 @@ else:
     digest = fingerprint(model_dir)
     if not fingerprint_matches(model_dir, artifacts["best"]["fingerprint"], current=digest):
         raise RuntimeError(f"{model_dir} changed since it was graded (fingerprint mismatch); rerun the agent")
-    resources = evaluation_resources(snakemake.input, snakemake.params.judgments)
+    # Rendered with the base model's chat template, as the grader rendered it (generation.chat_format).
+    resources = evaluation_resources(snakemake.input, snakemake.params.judgments, baseline=baseline)
     result = evaluate_model(settings, model_dir, Path(snakemake.input.eval).parent, evaluation, resources=resources)
     final.update(result, status="evaluated", fingerprint=digest)
     final["delta"] = round(result["score"] - baseline["score"], 4)

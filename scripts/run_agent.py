@@ -39,6 +39,7 @@ record = run_agent(
         resources=evaluation_resources(
             snakemake.input, Path(snakemake.params.results) / "judgments" / snakemake.wildcards.task
         ),
+        grader=config["grader"],
         sandbox_backend=config["sandbox"]["backend"],
         network=config["sandbox"]["network"],
         # The whole results tree (held-out split, other runs' ledgers) is hidden from the agent.

@@ -20,6 +20,7 @@ from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
 from rlbench.evaluation.workers import WorkerPool  # noqa: E402
 from rlbench.agent_run.workspace import prepare_workspace  # noqa: E402
+from support.models import base_resources  # noqa: E402
 from support.needs import required_skip  # noqa: E402
 from support.settings import EVALUATION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC  # noqa: E402,F401
 
@@ -76,6 +77,7 @@ def start_grader(tmp_path, tiny_model, gsm8k_data, evaluation_workers):
         start_time: float | None = None,
         gpus: list[str] = (),
         own_workers: bool = False,
+        **config,
     ):
         grader = Grader(
             GraderConfig(
@@ -90,6 +92,8 @@ def start_grader(tmp_path, tiny_model, gsm8k_data, evaluation_workers):
                 secret=new_secret(),
                 evaluation=EVALUATION,
                 gpus=list(gpus),  # a fake CUDA_VISIBLE_DEVICES, as the runner passes it
+                resources=base_resources(tiny_model),
+                **config,  # any other GraderConfig field
             ),
             workers=None if own_workers else evaluation_workers,
         )

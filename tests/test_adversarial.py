@@ -50,6 +50,7 @@ from rlbench.paths import REPO_ROOT
 from rlbench.sandbox.bubblewrap import bubblewrap_available
 from rlbench.tasks.gsm8k import GSM8K
 from rlbench.agent_run.workspace import prepare_workspace
+from support.models import base_resources, baseline_record
 from support.settings import EVALUATION, GSM8K_SETTINGS, TINY_SPEC
 
 AGENT_FILE = Path(__file__).resolve().parent / "fixtures" / "adversarial_agent.py"
@@ -230,6 +231,7 @@ def start_other_grader(inst: dict) -> GradingServer:
             timeout_s=3600,
             secret=new_secret(),
             evaluation=EVALUATION,
+            resources=base_resources(inst["host_model"]),
         )
     )
     server = GradingServer(grader).start()
@@ -387,7 +389,7 @@ def test_adversarial_agent_is_contained_and_the_results_stay_true(tmp_path, tiny
             agent={"name": "adversarial", "command": ["{python}", str(agent_copy), json.dumps(intel)]},
             hf_id=TINY_SPEC["hf_id"],
             eval_dir=inst["eval_dir"],
-            baseline={"score": 0.0, "fingerprint": fingerprint(inst["host_model"])},
+            baseline=baseline_record(inst["host_model"]),
             time_limit_s=TIME_LIMIT_S,
             kill_grace_s=KILL_GRACE_S,
             evaluation=EVALUATION,

@@ -199,6 +199,11 @@ def evaluation_settings(evaluation: dict | None = None) -> dict:
     return section_settings("evaluation", evaluation)
 
 
+def grader_settings(grader: dict | None = None) -> dict:
+    """The `grader:` block run_agent reads (checkpoint size bound, free-space reserve)."""
+    return section_settings("grader", grader)
+
+
 def report_settings(report: dict | None = None) -> dict:
     """The `report:` block the analysis stage reads (decimals, budget cuts, pass@k, bootstrap, narrative)."""
     return section_settings("report", report)

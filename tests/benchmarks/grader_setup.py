@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "tests"))  # support: the tests' helpers
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 import yaml  # noqa: E402
@@ -21,6 +22,7 @@ from rlbench.grader.server import GradingServer, new_secret  # noqa: E402
 from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.tasks import get_task  # noqa: E402
 from rlbench.agent_run.workspace import prepare_workspace  # noqa: E402
+from support.models import base_resources  # noqa: E402
 
 TEST_SALT = "rlbench-benchmark-salt"
 
@@ -81,6 +83,7 @@ def start_server(root: Path, model_dir: Path, model_id: str, train: Path, eval_d
             timeout_s=24 * 3600,
             secret=new_secret(),
             evaluation=evaluation,
+            resources=base_resources(model_dir),
         )
     )
     grader.warm_up()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench.grader.fingerprint import fingerprint
 from rlbench.agent_run.spec import RunSpec
 
+from support.models import baseline_record
 from support.settings import EVALUATION, GSM8K_SETTINGS
 
 
@@ -22,7 +22,7 @@ def spec_for(workspace: Path, tiny_model: Path, gsm8k_data, command: list[str] |
         agent=agent,
         hf_id="rlbench/tiny-qwen2",
         eval_dir=gsm8k_data[1],
-        baseline={"score": 0.0, "fingerprint": fingerprint(tiny_model)},
+        baseline=baseline_record(tiny_model),
         evaluation=EVALUATION,
         hidden_paths=[gsm8k_data[1].parent],
         labels={"task": "gsm8k", "model": "tiny", "agent": agent["name"], "seed": "0"},

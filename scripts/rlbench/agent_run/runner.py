@@ -20,9 +20,11 @@ from rlbench.agent_run.environment import (
 )
 from rlbench.agent_run.process_tree import agent_processes, exit_signal, kill_tree, stop_strays
 from rlbench.agent_run.spec import RunRecord, RunSpec
-from rlbench.agent_run.supervision import StopRequest, supervise
+from rlbench.agent_run.supervision import DiskWatch, StopRequest, supervise
 from rlbench.agent_run.workspace import rebuild_workspace
 from rlbench.coding_agents.session import CliSession, scrub_provider_keys
+from rlbench.config import grader_settings
+from rlbench.evaluation.evaluate import base_chat_template, base_model_bytes
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.grader.grading import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
@@ -45,6 +47,10 @@ def run_agent(spec: RunSpec) -> RunRecord:
 
 
 def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
+    # Checked before anything is archived or started: a baseline without it is refused (rerun it).
+    base_template = base_chat_template(spec.baseline)
+    guard = grader_settings(spec.grader)
+    max_checkpoint_bytes = int(guard["checkpoint_size_factor"] * base_model_bytes(spec.baseline))
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     if archive_previous_attempt(spec.run_dir) is not None:
         rebuild_workspace(read_json(spec.run_dir / "workspace.json"))
@@ -72,9 +78,12 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             secret=new_secret(),
             evaluation=spec.evaluation,
             baseline_metrics=spec.baseline,
-            resources=spec.resources,
+            # The base model's chat template, which the submissions' prompts are rendered with.
+            resources={**spec.resources, "base_chat_template": base_template},
             gpus=visible_gpus(),
             provenance=record_provenance,
+            max_checkpoint_bytes=max_checkpoint_bytes,
+            disk_reserve_bytes=guard["disk_reserve_bytes"],
         )
     )
     grader.warm_up()  # the evaluation worker imports torch while the agent starts
@@ -144,10 +153,15 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                             interval_s=5,
                         )
                     )
+                    # What ends the run early: the LLM gateway (dead endpoint, a limit), the workspace's disk.
+                    checks = [cli.stop_reason] if cli is not None else []
+                    disk_limit = (spec.agent.get("limits") or {}).get("disk_bytes")
+                    if disk_limit is not None:
+                        checks.append(DiskWatch(spec.workspace, disk_limit))
                     reason: list = []
                     watch = None
-                    if cli is not None:
-                        watch = lambda: reason.append(cli.stop_reason()) or reason[-1]  # noqa: E731
+                    if checks:
+                        watch = lambda: reason.append(next(filter(None, (c() for c in checks)), None)) or reason[-1]  # noqa: E731
                     exit_code, ending = supervise(
                         proc,
                         grader.config.deadline,

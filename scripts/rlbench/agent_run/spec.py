@@ -23,6 +23,8 @@ class RunSpec:
     # What the task's evaluation may use beyond the split (tasks.base.EvalContext): judge_model_dir,
     # judgment_cache. Outside the workspace, hidden from the agent like the rest of results/.
     resources: dict = field(default_factory=dict)
+    # The sweep config's `grader:` block (checkpoint size bound, disk reserve; schema defaults when empty).
+    grader: dict = field(default_factory=dict)
     sandbox_backend: str = "auto"
     # sandbox.network: "isolated" (own network namespace; the grader and the agent's allow_ports bridged in) or
     # "host" (the host's network).

@@ -14,6 +14,7 @@ import psutil
 
 from rlbench.agent_run.process_tree import kill_tree
 from rlbench.proc import lifeline
+from rlbench.recording.workspace_state import workspace_usage
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 
@@ -66,6 +67,30 @@ class StopRequest:
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class DiskWatch:
+    """A supervise() check that stops the agent once its workspace takes more than `limit_bytes` on
+    disk (the agent entry's limits.disk_bytes; what du counts, links not followed): a run that fills
+    the disk holding every run's records ends as `stopped` (stopped_by kind "disk_limit"). The
+    workspace is walked at most every interval_s seconds."""
+
+    def __init__(self, workspace, limit_bytes: int, interval_s: float = 10.0):
+        self.workspace, self.limit_bytes, self.interval_s = workspace, int(limit_bytes), interval_s
+        self._last = float("-inf")
+
+    def __call__(self) -> tuple[str, str] | None:
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            return None
+        self._last = now
+        used = workspace_usage(self.workspace)["allocated_bytes"]
+        if used > self.limit_bytes:
+            return (
+                "disk_limit",
+                f"the workspace takes {used:,} bytes on disk, over the agent's limits.disk_bytes ({self.limit_bytes:,})",
+            )
+        return None
 
 
 def supervise(

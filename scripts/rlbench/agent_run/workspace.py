@@ -130,7 +130,7 @@ def prepare_workspace(
         (workspace / name).mkdir(parents=True)
     _readonly_tree(Path(train_dir), workspace / "data")
     _readonly_tree(Path(model_dir), workspace / "models" / hf_id)
-    (workspace / "description.md").write_text(task.describe(task_settings))
+    (workspace / "description.md").write_text(task.description(task_settings))
     (workspace / "instructions.md").write_text(INSTRUCTIONS.format(hf_id=hf_id) + MODE_RULES[mode])
     for name, source in task.exposed_files(task_settings).items():
         if isinstance(source, bytes):

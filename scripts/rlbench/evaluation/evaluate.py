@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlbench.evaluation.request import MODEL_PHASES
+from rlbench.generation.chat_format import USED_OWN, USED_PLAIN
 from rlbench.fileio.jsonio import read_json, write_json
 
 
@@ -73,6 +74,7 @@ def evaluate_model(
     report(None)
     result.update(
         backend=ctx.backend_name,
+        chat_template=ctx.chat_template,
         replicate=replicate,
         eval_seconds=round(time.time() - started, 3),
         phase_seconds={name: round(seconds, 3) for name, seconds in phase_seconds.items()},
@@ -80,16 +82,43 @@ def evaluate_model(
     return result
 
 
-def evaluation_resources(inputs, judgments: str | Path | None = None) -> dict:
+def evaluation_resources(inputs, judgments: str | Path | None = None, baseline: dict | None = None) -> dict:
     """What a task's evaluation may use beyond its split, from a rule's inputs (the level
-    plug-ins' `judge_model`) and the task's judgment cache directory (tasks.base.EvalContext)."""
+    plug-ins' `judge_model`), the task's judgment cache directory and, for a submission, the
+    baseline's result: the base model's chat template, the protocol's (tasks.base.EvalContext)."""
     resources = {}
+    if baseline is not None:
+        resources["base_chat_template"] = base_chat_template(baseline)
     judge_model = inputs.get("judge_model") if hasattr(inputs, "get") else None
     if judge_model:
         resources["judge_model_dir"] = str(Path(judge_model).resolve())
     if judgments:
         resources["judgment_cache"] = str(Path(judgments).resolve())
     return resources
+
+
+def base_chat_template(baseline: dict) -> str | None:
+    """The chat template the base model was evaluated with (its own; None: it has none), from the
+    baseline's result (evaluate_model's `chat_template` record)."""
+    record = baseline.get("chat_template")
+    if not isinstance(record, dict) or record.get("used") not in (USED_OWN, USED_PLAIN):
+        raise ValueError(
+            "the baseline result does not say which chat template the base model was evaluated with "
+            "(recorded by an older harness, or not the base model's own evaluation): rerun the baseline, "
+            "e.g. snakemake --forcerun evaluate_baseline"
+        )
+    return record.get("template")
+
+
+def base_model_bytes(baseline: dict) -> int:
+    """The base model's checkpoint files' total (evaluate_baseline's `model_bytes`)."""
+    value = baseline.get("model_bytes")
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            "the baseline result does not record the base model's size (model_bytes: recorded by an older "
+            "harness): rerun the baseline, e.g. snakemake --forcerun evaluate_baseline"
+        )
+    return value
 
 
 def noise_summary(scores: list[float]) -> dict:

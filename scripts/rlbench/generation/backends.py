@@ -6,6 +6,8 @@ import importlib.util
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from rlbench.generation.chat_format import ChatFormat
+
 BACKENDS = ("auto", "hf", "vllm")
 # The share of the GPU's memory vLLM may take (its own default is 0.9): the grader evaluates on the
 # agent's GPU while the agent trains there (config: evaluation.gpu_memory_utilization).
@@ -33,12 +35,30 @@ def cut_at_stop(text: str, stop: list[str] | None) -> str:
     return text if cut < 0 else text[:cut]
 
 
-def render_prompt(tokenizer, conversation: list[dict]) -> str:
-    # Base models without a chat template still get a usable plain-text prompt.
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
-    turns = [f"{m['role'].capitalize()}: {m['content']}" for m in conversation]
-    return "\n\n".join(turns) + "\n\nAssistant:"
+def protocol_generation_config(model, eos: list[int], pad_token_id: int | None):
+    """Replace the checkpoint's generation_config.json with the protocol's greedy decoding.
+
+    transformers' generate() fills every setting a call leaves unset from model.generation_config,
+    which a submission ships (num_beams, repetition_penalty, suppress_tokens, min_new_tokens, ...):
+    decoding must come from the protocol alone. What is kept: the end-of-sequence and padding ids
+    (vLLM stops at the generation config's EOS ids too). Returns the clean config."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        do_sample=False, num_beams=1, eos_token_id=eos or None, pad_token_id=pad_token_id,
+        bos_token_id=getattr(model.generation_config, "bos_token_id", None),
+    )
+    model.generation_config = config
+    return config
+
+
+def greedy_call_config(base, max_new_tokens: int, stop: list[str] | None = None):
+    """The protocol's config for one generate() call: greedy, at most max_new_tokens, stopping at
+    the stop strings (their text cut exactly by cut_at_stop afterwards)."""
+    config = base.__class__.from_dict(base.to_dict())
+    config.max_new_tokens = max_new_tokens
+    config.stop_strings = list(stop) if stop else None
+    return config
 
 
 def eos_ids(*sources) -> list[int]:
@@ -55,7 +75,16 @@ class HFBackend(GenerationBackend):
 
     name = "hf"
 
-    def __init__(self, model_dir: Path, batch_size: int = 32, device: str | None = None):
+    def __init__(
+        self,
+        model_dir: Path,
+        batch_size: int = 32,
+        device: str | None = None,
+        base_chat_template: str | None = None,
+        protocol: bool = False,
+    ):
+        """protocol: model_dir is a submission, rendered against base_chat_template (the base
+        model's template; chat_format.ChatFormat.for_model); False: it is the base model."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -71,33 +100,28 @@ class HFBackend(GenerationBackend):
         ).to(self.device)
         self.model.eval()
         self.batch_size = batch_size
+        self.chat_format = ChatFormat.for_model(self.tokenizer, base_chat_template, protocol)
+        eos = eos_ids(self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id)
+        self.generation_config = protocol_generation_config(self.model, eos, self.tokenizer.pad_token_id)
 
     def generate_chat(
         self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
     ) -> list[str]:
-        prompts = [render_prompt(self.tokenizer, c) for c in conversations]
+        prompts = [self.chat_format.render(c) for c in conversations]
         encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         # Longest first: similar lengths share a batch, so little compute goes to padding.
         order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
         outputs: list[str] = [""] * len(prompts)
-        flat_eos = eos_ids(self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id)
+        config = greedy_call_config(self.generation_config, max_new_tokens, stop)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             inputs = self.tokenizer.pad(
                 {"input_ids": [encoded[i] for i in batch]}, padding=True, return_tensors="pt"
             ).to(self.device)
             with self.torch.inference_mode():
+                # A row stops early at a stop string; the text is cut exactly by cut_at_stop below.
                 generated = self.model.generate(
-                    **inputs,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    temperature=None,
-                    top_p=None,
-                    top_k=None,
-                    pad_token_id=self.tokenizer.pad_token_id,
-                    eos_token_id=flat_eos or None,
-                    # A row stops early at a stop string; the text is cut exactly by cut_at_stop below.
-                    **({"stop_strings": list(stop), "tokenizer": self.tokenizer} if stop else {}),
+                    **inputs, generation_config=config, **({"tokenizer": self.tokenizer} if stop else {})
                 )
             new_tokens = generated[:, inputs["input_ids"].shape[1] :]
             for row, index in enumerate(batch):
@@ -107,11 +131,21 @@ class HFBackend(GenerationBackend):
 
 
 class VLLMBackend(GenerationBackend):
-    """vLLM offline inference (GPU only; install the `gpu` extra)."""
+    """vLLM offline inference (GPU only; install the `gpu` extra). Prompts are rendered here, as the
+    HF backend renders them (chat_format), and given to vLLM as token ids (no special tokens added:
+    the template holds them), decoded greedily from explicit sampling parameters alone: vLLM reads
+    the checkpoint's generation config only for the defaults of calls that give none."""
 
     name = "vllm"
 
-    def __init__(self, model_dir: Path, batch_size: int = 256, gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION):
+    def __init__(
+        self,
+        model_dir: Path,
+        batch_size: int = 256,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+        base_chat_template: str | None = None,
+        protocol: bool = False,
+    ):
         if importlib.util.find_spec("vllm") is None:
             raise RuntimeError(
                 "the vllm generation backend needs the gpu extra: pip install -e '.[gpu]' "
@@ -123,13 +157,19 @@ class VLLMBackend(GenerationBackend):
             model=str(model_dir), trust_remote_code=False, seed=0, gpu_memory_utilization=gpu_memory_utilization
         )
         self.sampling = SamplingParams
+        self.tokenizer = self.llm.get_tokenizer()
+        self.chat_format = ChatFormat.for_model(self.tokenizer, base_chat_template, protocol)
         self.batch_size = batch_size
 
     def generate_chat(
         self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
     ) -> list[str]:
         params = self.sampling(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) if stop else None)
-        results = self.llm.chat(conversations, params, use_tqdm=False)
+        prompts = [
+            {"prompt_token_ids": self.tokenizer(self.chat_format.render(c), add_special_tokens=False)["input_ids"]}
+            for c in conversations
+        ]
+        results = self.llm.generate(prompts, params, use_tqdm=False)
         return [cut_at_stop(r.outputs[0].text, stop) for r in results]
 
 
@@ -147,11 +187,21 @@ def resolve_backend_name(name: str) -> str:
 
 
 def load_backend(
-    name: str, model_dir: Path, batch_size: int = 32, gpu_memory_utilization: float | None = None
+    name: str,
+    model_dir: Path,
+    batch_size: int = 32,
+    gpu_memory_utilization: float | None = None,
+    base_chat_template: str | None = None,
+    protocol: bool = False,
 ) -> GenerationBackend:
+    """The backend `name` over model_dir; protocol and base_chat_template: see HFBackend."""
     resolved = resolve_backend_name(name)
+    chat = {"base_chat_template": base_chat_template, "protocol": protocol}
     if resolved == "vllm":
         return VLLMBackend(
-            model_dir, batch_size=batch_size, gpu_memory_utilization=gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+            model_dir,
+            batch_size=batch_size,
+            gpu_memory_utilization=gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            **chat,
         )
-    return HFBackend(model_dir, batch_size=batch_size)
+    return HFBackend(model_dir, batch_size=batch_size, **chat)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.generation.backends import DEFAULT_GPU_MEMORY_UTILIZATION, resolve_backend_name
+from rlbench.generation.chat_format import ChatFormat
 from rlbench.generation.full_prompt import FullPromptGenerator
 from rlbench.generation.prefix_cache import CachedBatchGenerator
 from rlbench.generation.textgen_base import TextGenerator
@@ -28,15 +29,28 @@ from rlbench.generation.vllm_text import VLLMTextGenerator
 TEXT_GENERATORS = ("auto", "hf", "vllm", "reference")
 
 
-def load_text_generator(name: str, model_dir: Path, device: str | None = None, **kwargs) -> TextGenerator:
+def load_text_generator(
+    name: str,
+    model_dir: Path,
+    device: str | None = None,
+    base_chat_template: str | None = None,
+    protocol: bool = False,
+    **kwargs,
+) -> TextGenerator:
     """'hf' -> CachedBatchGenerator, 'vllm' -> VLLMTextGenerator, 'auto' -> vllm when CUDA and vllm
     are both present, else hf (generation.resolve_backend_name); 'reference' -> FullPromptGenerator
-    (the reference harness's one-prompt-at-a-time loop, for comparisons)."""
+    (the reference harness's one-prompt-at-a-time loop, for comparisons). protocol and
+    base_chat_template: how its chat prompts are rendered (backends.HFBackend)."""
     memory = kwargs.pop("gpu_memory_utilization", None)  # vLLM's only
     if name == "reference":
-        return FullPromptGenerator(model_dir, device=device, **kwargs)
-    if name not in TEXT_GENERATORS:
+        generator = FullPromptGenerator(model_dir, device=device, **kwargs)
+    elif name not in TEXT_GENERATORS:
         raise ValueError(f"unknown text generator {name!r}; allowed: {', '.join(TEXT_GENERATORS)}")
-    if resolve_backend_name(name) == "vllm":
-        return VLLMTextGenerator(model_dir, gpu_memory_utilization=memory or DEFAULT_GPU_MEMORY_UTILIZATION, **kwargs)
-    return CachedBatchGenerator(model_dir, device=device, **kwargs)
+    elif resolve_backend_name(name) == "vllm":
+        generator = VLLMTextGenerator(
+            model_dir, gpu_memory_utilization=memory or DEFAULT_GPU_MEMORY_UTILIZATION, **kwargs
+        )
+    else:
+        generator = CachedBatchGenerator(model_dir, device=device, **kwargs)
+    generator.chat_format = ChatFormat.for_model(generator.tokenizer, base_chat_template, protocol)
+    return generator

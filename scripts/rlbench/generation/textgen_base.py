@@ -13,7 +13,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from rlbench.generation.backends import eos_ids
+from rlbench.generation.backends import eos_ids, protocol_generation_config
+from rlbench.generation.chat_format import ChatFormat
 
 
 def new_stats() -> dict:
@@ -36,6 +37,9 @@ class TextGenerator(ABC):
 
     name: str
     stats: dict
+    #: how chat conversations become prompts (chat_format); textgen.load_text_generator sets the
+    #: protocol's, and a generator built directly renders with its model's own template
+    chat_format: ChatFormat | None = None
 
     @abstractmethod
     def generate(self, prompts: dict, max_new_tokens: int, stop: list[str] | None) -> dict:
@@ -46,12 +50,11 @@ class TextGenerator(ABC):
         """The episode `key` ended: free whatever is cached for it."""
 
     def chat_prompt(self, messages: list[dict]) -> str:
-        """The text prompt of a chat conversation, as the model's chat template renders it with the
-        generation prompt (what vLLM's ``llm.chat`` feeds the model); a tokenizer without a chat
-        template gets backends.render_prompt's plain-text fallback."""
-        from rlbench.generation.backends import render_prompt
-
-        return render_prompt(self.tokenizer, messages)
+        """The text prompt of a chat conversation with the generation prompt, as chat_format renders
+        it (the model's own template unless the protocol's was set)."""
+        if self.chat_format is None:
+            self.chat_format = ChatFormat.for_model(self.tokenizer)
+        return self.chat_format.render(messages)
 
     @property
     def tokenizer(self):
@@ -91,6 +94,8 @@ class HFModel:
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = min(self.eos) if self.eos else 0
+        # Decoding is the protocol's alone: the checkpoint's generation_config.json is not used.
+        protocol_generation_config(self.model, sorted(self.eos), self.pad_id)
         self.max_positions = max_positions(self.model.config)
 
     def encode(self, prompt: str) -> list[int]:

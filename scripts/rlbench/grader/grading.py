@@ -37,7 +37,7 @@ from rlbench.fileio.jsonio import append_jsonl, write_json
 from rlbench.grader.audit import commit_code, copy_code, write_checkpoint_record
 from rlbench.grader.fingerprint import checkpoint_manifest
 from rlbench.grader.gpu_locks import GpuLocks
-from rlbench.grader.snapshot import take_snapshot
+from rlbench.grader.snapshot import SnapshotLimits, take_snapshot
 from rlbench.grader.submission import SubmissionRefused, inspect_checkpoint, resolve_submission
 from rlbench.grader.visible import AgentFiles, public, reference_run_meta, write_timer
 from rlbench.recording.ledger import (
@@ -83,9 +83,13 @@ class GraderConfig:
     # submission of the untouched base model is answered with, from the cache.
     baseline_metrics: dict = field(default_factory=dict)
     # What the task's evaluation may use beyond the split (tasks.base.EvalContext: judge_model_dir,
-    # judgment_cache).
+    # judgment_cache, and base_chat_template, required: the protocol's chat template).
     resources: dict = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES as the grader sees it
+    # A submission's checkpoint files may total at most this (None: no bound), and its copy must leave
+    # disk_reserve_bytes free on the grader's disk (grader.snapshot.SnapshotLimits; config `grader:`).
+    max_checkpoint_bytes: int | None = None
+    disk_reserve_bytes: int = 0
     provenance: dict = field(default_factory=dict)  # code, data, packages, hardware behind each score
 
     @property
@@ -105,6 +109,12 @@ class Grader:
     def __init__(self, config: GraderConfig, workers: WorkerPool | None = None):
         """`workers`: a pool shared with other graders (tests, benchmarks); the grader then leaves it
         running when it closes. By default each grader starts and closes a pool of its own."""
+        if "base_chat_template" not in config.resources:
+            raise ValueError(
+                "GraderConfig.resources needs base_chat_template: the base model's chat template text (None "
+                "when it has none), which submissions' prompts are rendered with (evaluation.evaluate."
+                "base_chat_template reads it from the baseline's result)"
+            )
         self.config = config
         self.ledger_path = config.grader_dir / LEDGER
         self.snapshots = config.grader_dir / "snapshots"
@@ -242,7 +252,8 @@ class Grader:
             copy = self.snapshots / f"{submission_id:04d}" / "model"
             # One read of the agent's files: copied (or cloned) and hashed in the same pass.
             started = time.perf_counter()
-            snapshot = take_snapshot(self.config.workspace, model_dir, copy)
+            limits = SnapshotLimits(self.config.max_checkpoint_bytes, self.config.disk_reserve_bytes)
+            snapshot = take_snapshot(self.config.workspace, model_dir, copy, limits)
             inspect_checkpoint(copy, snapshot.names)
             # checkpoint.json also says how the copy was made and what it cost
             manifest = {**snapshot.manifest, "method": snapshot.method, "seconds": round(time.perf_counter() - started, 3)}
@@ -348,6 +359,8 @@ class Grader:
                 outcome = self._evaluate(digest, model_copy, pending / "eval", gpus)
             # Numbers only: the child's result also holds the items (completions), which may quote the split.
             numbers = public_metrics(outcome)
+            if outcome.get("chat_template") is not None:  # which template its prompts were rendered with
+                numbers["chat_template"] = outcome["chat_template"]
             result["eval_seconds"] = float(outcome["eval_seconds"])
             result["eval_timing"] = {  # where the time went (private: the grader's own bookkeeping)
                 "phase_seconds": outcome.get("phase_seconds"),

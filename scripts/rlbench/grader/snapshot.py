@@ -222,7 +222,80 @@ class _Snapshotter:
         return "clone" if self.cloned else "copy" if self.copied else "empty"
 
 
-def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSnapshot:
+class ShortOfSpace(OSError):
+    """The grader's disk would fall below its free-space reserve with this copy: the grader's
+    problem (answered 503, retryable), never the submission's."""
+
+
+@dataclass(frozen=True)
+class SnapshotLimits:
+    """What one snapshot may cost: `max_bytes`, the checkpoint files' total apparent size (None: no
+    bound; a larger checkpoint is refused before a byte is copied); `reserve_bytes`, the free space
+    the copy must leave on dest's file system."""
+
+    max_bytes: int | None = None
+    reserve_bytes: int = 0
+
+
+def _too_large(model_dir: Path, total: int, max_bytes: int) -> SubmissionRefused:
+    return SubmissionRefused(
+        413,
+        "checkpoint_too_large",
+        f"the checkpoint files in {safe_text(model_dir.name, SHOWN_PATH_CHARS)} total {total:,} bytes, over the "
+        f"{max_bytes:,} a submission may hold (a multiple of the base model's size): save only the model "
+        "(model.save_pretrained(dir), tokenizer.save_pretrained(dir)) in the submitted directory, in the base "
+        "model's dtype, without optimizer state or extra weight files",
+    )
+
+
+def _sparse(model_dir: Path, rel: PurePosixPath) -> SubmissionRefused:
+    return SubmissionRefused(
+        422,
+        "sparse_file",
+        f"{safe_text(str(rel), SHOWN_PATH_CHARS)} in {safe_text(model_dir.name, SHOWN_PATH_CHARS)} has holes (a "
+        "sparse file: parts never written): the grader does not copy them; write the file out in full "
+        "(model.save_pretrained(dir) does)",
+    )
+
+
+def _has_hole(fd: int, size: int) -> bool:
+    """Whether the open file has a hole before its end (a file system without holes answers no)."""
+    if size == 0:
+        return False
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < size
+    except OSError:
+        return False
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)  # the copy reads from the file's offset
+
+
+def _check_room(model_dir: Path, top: int, dest_parent: Path, limits: SnapshotLimits) -> int:
+    """The checkpoint files' total apparent size, listed before anything is copied: refused when
+    over limits.max_bytes; ShortOfSpace when the copy would leave less than the reserve free."""
+    walk = nofollow.walk(top, CHECKPOINT_MAX_DEPTH)
+    total = 0
+    try:
+        for entry in walk:
+            if stat.S_ISREG(entry.st.st_mode) and is_checkpoint_file(entry.name):
+                total += entry.st.st_size
+    finally:
+        walk.close()
+    if limits.max_bytes is not None and total > limits.max_bytes:
+        raise _too_large(model_dir, total, limits.max_bytes)
+    free = shutil.disk_usage(dest_parent).free
+    if free - total < limits.reserve_bytes:
+        raise ShortOfSpace(
+            errno.ENOSPC,
+            f"the grader's disk has {free:,} bytes free: a copy of {total:,} bytes would leave less than its "
+            f"reserve of {limits.reserve_bytes:,} (grader.disk_reserve_bytes); free space on it",
+        )
+    return total
+
+
+def take_snapshot(
+    workspace: Path, model_dir: Path, dest: Path, limits: SnapshotLimits = SnapshotLimits()
+) -> CheckpointSnapshot:
     """Copy the checkpoint files (not the agent's optimizer state) of model_dir, a real directory
     inside the workspace (resolve_submission), to dest, following no link, and fingerprint the
     copy in the same read: a CheckpointSnapshot whose manifest is checkpoint_manifest(dest).
@@ -235,7 +308,12 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
     or directory the grader may not read is refused (unreadable_checkpoint); one that vanishes
     meanwhile, or a directory swapped, is checkpoint_changed; a failure to write the copy is the
     grader's (OSError). Each file is read once: cloned where the file system offers copy-on-write
-    clones and then hashed, else copied and hashed block by block (_Snapshotter.file_at)."""
+    clones and then hashed, else copied and hashed block by block (_Snapshotter.file_at).
+
+    limits: the checkpoint files' total is listed first and refused over limits.max_bytes
+    (checkpoint_too_large), or answered ShortOfSpace when the copy would eat into the reserve; a
+    file grown since, past the bound, is refused as it is opened; a sparse file (holes) is refused
+    (sparse_file): its copy would write every hole out."""
     root = Path(os.path.realpath(workspace))
     if dest.exists():
         shutil.rmtree(dest)
@@ -261,6 +339,11 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
             raise agent_error(model_dir, exc.filename, exc) from None
         inspect_names(names)
         dest.mkdir(parents=True)
+        try:
+            _check_room(model_dir, top, dest, limits)
+        except nofollow.Unreadable as exc:
+            raise agent_error(model_dir, exc.filename, exc) from None
+        opened_bytes = 0
         walk = nofollow.walk(top, CHECKPOINT_MAX_DEPTH)
         try:
             for entry in walk:
@@ -272,6 +355,16 @@ def take_snapshot(workspace: Path, model_dir: Path, dest: Path) -> CheckpointSna
                     raise _not_regular(model_dir, entry.rel) from None
                 except FileNotFoundError:
                     raise checkpoint_changed(model_dir, safe_text(str(entry.rel), SHOWN_PATH_CHARS)) from None
+                opened_bytes += size
+                refusal = None
+                if limits.max_bytes is not None and opened_bytes > limits.max_bytes:
+                    refusal = _too_large(model_dir, opened_bytes, limits.max_bytes)  # grown since listed
+                elif _has_hole(fd, size):
+                    refusal = _sparse(model_dir, entry.rel)
+                if refusal is not None:
+                    os.close(fd)
+                    os.close(out)
+                    raise refusal
                 pending.append((entry.rel, pool.submit(snapshotter.copy, fd, size, out, entry.name)))
             for rel, future in pending:
                 size, sha256 = future.result()

@@ -19,10 +19,10 @@ BY_TOP_MAX = 200  # top-level names listed one by one; the rest are counted unde
 def workspace_usage(workspace: Path, max_entries: int = WORKSPACE_MAX_ENTRIES, listing: int = 0) -> dict:
     """What the workspace holds, walked without following a link (directories opened with
     O_NOFOLLOW relative to their parent): files, bytes (apparent sizes; a file hard-linked
-    several times counted once), dirs, links, other entries, per top-level name (files and bytes;
+    several times counted once), allocated_bytes (what they take on disk, as du counts it), dirs, links, other entries, per top-level name (files and bytes;
     top-level files under "."); stops after max_entries entries (`truncated`). listing: also the
     first that many files (path, size), in sorted walk order."""
-    usage: dict = {"files": 0, "bytes": 0, "dirs": 0, "links": 0, "other": 0, "truncated": False, "by_top": {}}
+    usage: dict = {"files": 0, "bytes": 0, "allocated_bytes": 0, "dirs": 0, "links": 0, "other": 0, "truncated": False, "by_top": {}}
     if listing:
         usage["listing"] = []
     seen_inodes: set[tuple[int, int]] = set()
@@ -55,6 +55,7 @@ def workspace_usage(workspace: Path, max_entries: int = WORKSPACE_MAX_ENTRIES, l
                     size = 0 if key in seen_inodes else size
                     seen_inodes.add(key)
                 usage["bytes"] += size
+                usage["allocated_bytes"] += entry.st.st_blocks * 512 if size else 0  # on disk (holes not)
                 group = entry.rel.parts[0] if len(entry.rel.parts) > 1 else "."
                 if group not in usage["by_top"] and len(usage["by_top"]) >= BY_TOP_MAX:
                     group = "(other)"

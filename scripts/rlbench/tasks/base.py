@@ -98,6 +98,23 @@ def salted_seed(salt: str, task: str, data_seed: int) -> int:
 
 PRIMARY_RANGE = (0.0, 100.0)
 
+# The end of every description.md: what of a submission the grader uses to build prompts and decode
+# (generation.chat_format, generation.backends.protocol_generation_config), the same for every task.
+PROMPT_RENDERING = """\
+## How prompts are rendered and decoded
+
+- A chat prompt is rendered with the base model's chat template, unless your checkpoint ships a
+  different one that shows each message's content exactly once, in order, with nothing computed
+  from it: such a template is rendered with placeholders in place of the contents, which are put
+  in afterwards, so it may change the role markers and add text of its own, never read or alter
+  what a message says. A template that fails this is ignored and the base model's is used; each
+  scored submission's answer says which (`chat_template`: `used` is `base` or `submitted`, and why).
+  Text-completion prompts use no chat template at all.
+- Decoding is the protocol's alone: greedy, the task's token limit and stop strings. Your
+  `generation_config.json` is not read, except its end-of-sequence token ids (generation stops at
+  the tokenizer's and the generation config's EOS tokens).
+"""
+
 
 @dataclass
 class EvalResult:
@@ -189,9 +206,10 @@ class EvalContext:
     evaluation is: "loading" and "generating" are the submitted model's part (a failure there is
     the model's fault), "scoring" the harness's (judge, execution sandbox, environment reward).
 
-    resources: paths the evaluation may read or write beyond the split, set by whoever runs it:
+    resources: what the evaluation may use beyond the split, set by whoever runs it:
     judge_model_dir (a local judge's weights), judgment_cache (the judgment cache directory),
-    work_dir. replicate: which repetition of a noisy grader this is (0 for the grader's own
+    work_dir, base_chat_template (present for a submission: the base model's chat template text,
+    or None, that its prompts are rendered with; see generation.chat_format). replicate: which repetition of a noisy grader this is (0 for the grader's own
     evaluations; the baseline's repeats count up), part of the judgment cache key.
     """
 
@@ -236,6 +254,7 @@ class EvalContext:
                 Path(self.model_dir),
                 self.evaluation["batch_size"],
                 self.evaluation.get("gpu_memory_utilization"),
+                **self._chat_protocol(),
             )
             self.phase("generating")
         return self._generator
@@ -254,13 +273,29 @@ class EvalContext:
                 self.evaluation["backend"],
                 Path(self.model_dir),
                 gpu_memory_utilization=self.evaluation.get("gpu_memory_utilization"),
+                **self._chat_protocol(),
             )
             self.phase("generating")
         return self._text_generator
 
+    def _chat_protocol(self) -> dict:
+        """How the model's prompts are rendered (generation.chat_format): against the base model's
+        chat template when the resources carry one (`base_chat_template`, None when the base model
+        has none: a submission), else with the model's own (the base model itself)."""
+        if "base_chat_template" in self.resources:
+            return {"base_chat_template": self.resources["base_chat_template"], "protocol": True}
+        return {}
+
     @property
     def backend_name(self) -> str | None:
         return getattr(self._generator or self._text_generator, "name", None)
+
+    @property
+    def chat_template(self) -> dict | None:
+        """Which chat template the model's prompts were rendered with, and why (ChatFormat.record);
+        None when the model was not loaded (a ready backend, or a task without chat prompts)."""
+        chat_format = getattr(self._generator or self._text_generator, "chat_format", None)
+        return chat_format.record() if chat_format is not None else None
 
     def judge(self):
         """The task's judge backend, from its `judge:` settings (loaded once)."""
@@ -344,7 +379,11 @@ class Task(ABC):
 
     @abstractmethod
     def describe(self, settings: dict) -> str:
-        """The task description an agent reads (description.md)."""
+        """The task's own description: what the agent gets and how it is evaluated."""
+
+    def description(self, settings: dict) -> str:
+        """description.md as the agent reads it: describe(), then PROMPT_RENDERING."""
+        return self.describe(settings).rstrip("\n") + "\n\n" + PROMPT_RENDERING
 
     # -- evaluation: rollout + scorer ------------------------------------------------------
     def rollout(self, settings: dict):

@@ -46,7 +46,7 @@ accuracy on adding two two-digit numbers.
   generated offline from a seed; there is no download.
 - Evaluation: a held-out set of {eval_size} problems that you never see; no pair of operands in
   it appears in the training data, in either order. The grader sends each problem through the
-  model's chat template exactly as `task.py:format_prompt` builds it (a single user turn:
+  chat template (see "How prompts are rendered") exactly as `task.py:format_prompt` builds it (a single user turn:
   "What is A + B? Answer with the number only."), decodes greedily (at most {max_new_tokens} new
   tokens) and takes the first integer in the reply as the answer (`task.py:extract_answer`):
   "85" and "The answer is 85." are right, "47 + 38 = 85" answers 47.

@@ -58,8 +58,8 @@ lists, rewriting, brainstorming, coding, small math word problems.
 
 - Training data: `data/train.jsonl`, {train_desc}, one JSON object per line with `instruction`,
   `input` (often empty) and `output` (a good answer).
-- Evaluation: {eval_desc} that you never see. Each is sent as one user turn through the model's
-  own chat template (`task.py:format_prompt`), decoded greedily with at most {max_new_tokens} new
+- Evaluation: {eval_desc} that you never see. Each is sent as one user turn through the chat
+  template (`task.py:format_prompt`; see "How prompts are rendered"), decoded greedily with at most {max_new_tokens} new
   tokens, and the answer is stripped.
 - Scoring: an LLM judge ({judge_desc}) compares each answer with a strong reference answer to the
   same instruction, twice, once in each order, using AlpacaEval 2.0's judge prompt. The metric is

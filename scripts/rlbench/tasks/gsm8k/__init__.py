@@ -41,8 +41,8 @@ Improve the base model's accuracy on grade-school math word problems.
   protocol (OpenCompass `gsm8k_gen_1d7fe4`, read from opencompass {oc_version}):
   - Prompt: {shots} worked examples given as a multi-turn chat (user: "Question: ...\\nLet's
     think step by step\\nAnswer:", assistant: the worked solution ending "The answer is N"),
-    then the held-out question in the same user format. The model's own chat template renders
-    the conversation, with the generation prompt. `task.py:format_prompt` builds exactly these
+    then the held-out question in the same user format. The chat template renders the
+    conversation, with the generation prompt (see "How prompts are rendered"). `task.py:format_prompt` builds exactly these
     messages (the exemplars are in `task_protocol.json`).
   - Generation: greedy, at most {max_new_tokens} new tokens, stopping at the model's
     end-of-sequence token(s).

@@ -59,7 +59,7 @@ signature and docstring so that the function passes hidden unit tests.
 - Evaluation: {eval_desc} that you never see, scored with the paper's protocol (OpenCompass
   `humaneval_gen`, read from opencompass {oc_version}):
   - Prompt: one user message, "{instruction_head}..." followed by the problem's `prompt`. The
-    model's own chat template renders it, with the generation prompt. `task.py:format_prompt`
+    chat template renders it, with the generation prompt (see "How prompts are rendered"). `task.py:format_prompt`
     builds exactly this message.
   - Generation: greedy, at most {max_new_tokens} new tokens, stopping at the model's
     end-of-sequence token(s).
