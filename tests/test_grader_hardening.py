@@ -310,6 +310,21 @@ def test_child_failures_are_classified_by_phase(tmp_path):
     assert read_outcome(0, result, error, log) == {"score": 1.0}
 
 
+def test_a_failure_after_the_split_was_read_keeps_what_it_quotes_private(tmp_path):
+    """A model's failure while generating may quote the prompt (a held-out question): the agent is
+    told the exception's type and why the rest is withheld; the detail is for the private ledger."""
+    result, error, log = tmp_path / "result.json", tmp_path / "error.json", tmp_path / "eval.log"
+    question = "Natalia sold clips to 48 of her friends in April"
+    log.write_text(f"Traceback ...\nValueError: cannot encode {question!r}\n")
+    write_json(error, {"phase": "generating", "fault": "model", "type": "ValueError", "error": f"ValueError: {question}"})
+    with pytest.raises(EvaluationError) as failed:
+        read_outcome(1, result, error, log)
+    told = str(failed.value)
+    assert question not in told and "ValueError" in told and "withheld" in told
+    assert "format_prompt" in told and "training data" in told  # how to debug it without the split
+    assert question in failed.value.detail
+
+
 ORPHAN_PARENT = """
 import sys
 from pathlib import Path
@@ -382,7 +397,9 @@ def quotes_any(text: str, questions: list[str]) -> list[str]:
     return [q for q in questions if q in text or any(q[i : i + 40] in text for i in range(0, min(len(q), 120), 10))]
 
 
-# Chat templates that make the evaluation fail with the held-out question in the exception text.
+# Chat templates that would make the evaluation fail with the held-out question in the exception text,
+# were they run on it (the grader's rendering never runs a submitted template on a message's content:
+# generation.chat_format; the private error_detail keeps whatever an evaluation failure quotes).
 LEAKING_TEMPLATES = {
     "raise_exception": "{{ raise_exception(messages[-1]['content'] | replace('\\n', ' ')) }}",
     "undefined_attribute": "{{ ({}[messages[-1]['content'] | replace('\\n', ' ')]).x }}",
@@ -398,23 +415,19 @@ def test_a_failing_chat_template_cannot_send_held_out_questions_back(
     model = copy_model(tiny_model, workspace / "output" / "leak")
     (model / "chat_template.jinja").write_text(LEAKING_TEMPLATES[label])
     response = requests.post(f"{server.url}/submit", json={"model_path": "output/leak"}, timeout=300)
-    body = assert_refused(response, 422, "evaluation_failed")
+    body = strict_json(response.content)
+    # The template fails on the probe's placeholders, so it is ignored: scored with the base model's.
+    assert response.status_code == 200 and body["status"] == "scored", body
+    assert body["chat_template"]["used"] == "base" and "fails" in body["chat_template"]["reason"], body
     entries = assert_consistent(server)
-    # The attack is real: the child's error holds a held-out question, kept in the private ledger field...
-    assert quotes_any(entries[-1]["error_detail"], questions), entries[-1]["error_detail"]
-    # ...and none of it reaches the agent: not the response, nor any file of its workspace.
-    assert "error_detail" not in body
     for where, text in (
         ("response", response.text),
+        ("ledger", json.dumps(entries[-1])),
         ("scores.json", (workspace / "scores.json").read_text()),
         ("submissions.json", (workspace / "submissions.json").read_text()),
         ("run_meta.json", (workspace / "run_meta.json").read_text()),
     ):
         assert not quotes_any(text, questions), f"{where} quotes a held-out question"
-    # What it does say: the exception type, why the rest is withheld, and how to debug it.
-    error = body["error"]
-    assert ("TemplateError" if label == "raise_exception" else "UndefinedError") in error
-    assert "withheld" in error and "format_prompt" in error and "training data" in error
 
 
 # -- 7. a checkpoint reaches nothing outside itself ----------------------------------------------------
