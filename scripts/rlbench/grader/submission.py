@@ -23,6 +23,19 @@ from rlbench.recording.ledger import safe_text
 CHECKPOINT_PATTERNS = ("*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.tiktoken")
 # Weight formats that unpickle on load: they can run code inside the grader.
 PICKLE_WEIGHT_PATTERNS = ("pytorch_model*.bin", "model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+# LoRA adapter files (peft's save_pretrained): transformers' from_pretrained applies the adapter of
+# a directory that holds adapter_config.json beside config.json, vLLM ignores it, so the score would
+# depend on the backend; adapter weights alone are dead weight. Any of them is refused (merge first).
+ADAPTER_FILE_PATTERNS = ("adapter_config.json", "adapter_model*.safetensors", "adapter_model*.bin")
+# The JSON files of a checkpoint that transformers' loaders (the model's, the tokenizer's, the
+# processors') read for `auto_map`: classes in the checkpoint's own Python files, remote code.
+REMOTE_CODE_CONFIGS = (
+    "config.json",
+    "tokenizer_config.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+)
 # How much of a model_path a message quotes: enough to recognise it, never a wall of text.
 SHOWN_PATH_CHARS = 200
 # Subdirectories of a checkpoint deeper than this are not copied (nor loaded: transformers reads
@@ -49,6 +62,19 @@ def invalid_path(model_path: str, problem: str) -> SubmissionRefused:
         "invalid_path",
         f"model_path {problem}, so no file can have that path: {shown(model_path)!r}; "
         'send the relative path of the saved model directory, such as "output/v1"',
+    )
+
+
+def outside_workspace(model_path: str) -> SubmissionRefused:
+    """The refusal of a model_path that leads out of the workspace. It quotes model_path as sent and
+    nothing else: where a link leads on the grader's host (other runs' results, say), or where the
+    workspace itself lies there, is none of the agent's business."""
+    return SubmissionRefused(
+        403,
+        "outside_workspace",
+        f"model_path must name a directory inside your workspace; {shown(model_path)!r} leads outside it "
+        "(through a symbolic link or ..): save the model inside the workspace and send its relative path, "
+        'such as "output/v1"',
     )
 
 
@@ -89,12 +115,7 @@ def _resolve(workspace: Path, model_path: str) -> Path:
             raise
         raise agent_error(candidate, ".", exc) from None
     if real != root and root not in real.parents:
-        raise SubmissionRefused(
-            403,
-            "outside_workspace",
-            f"model_path must be inside the workspace ({root}); got {shown(model_path)} "
-            f"(resolves to {safe_text(str(real), SHOWN_PATH_CHARS)})",
-        )
+        raise outside_workspace(model_path)
     try:
         st = os.stat(real)
     except OSError as exc:
@@ -155,15 +176,24 @@ def _shown_rel(path: Path, top: Path) -> str:
 
 
 def inspect_names(names: list[str]) -> None:
-    """Refuse, from the top-level file names alone, LoRA adapters, pickle weights and directories
-    without safetensors weights or config.json (before a byte is copied)."""
-    if "adapter_config.json" in names and "config.json" not in names:
+    """Refuse, from the top-level file names alone, LoRA adapter files (alone or beside a full
+    model), pickle weights and directories without safetensors weights or config.json (before a
+    byte is copied)."""
+    adapter = sorted(n for n in names if any(fnmatch(n, p) for p in ADAPTER_FILE_PATTERNS))
+    if adapter:
+        what = (
+            "this is a LoRA adapter, not a full model"
+            if "config.json" not in names
+            else "the directory holds a full model and LoRA adapter files beside it (transformers would "
+            "apply the adapter on load, vLLM would not)"
+        )
         raise SubmissionRefused(
             422,
             "lora_adapter",
-            "this is a LoRA adapter, not a full model: merge it first "
-            "(model = PeftModel.from_pretrained(base, adapter).merge_and_unload(); "
-            "model.save_pretrained(dir); tokenizer.save_pretrained(dir)) and submit the merged directory",
+            f"{what}: {safe_text(', '.join(adapter), SHOWN_PATH_CHARS)}. Merge the adapter into the model "
+            "first (model = PeftModel.from_pretrained(base, adapter).merge_and_unload(); "
+            "model.save_pretrained(dir); tokenizer.save_pretrained(dir)) and submit a directory that holds "
+            "the merged model and no adapter_* files",
         )
     pickled = sorted(n for n in names if any(fnmatch(n, p) for p in PICKLE_WEIGHT_PATTERNS))
     if pickled:
@@ -182,8 +212,9 @@ def inspect_names(names: list[str]) -> None:
 
 
 def inspect_checkpoint(model_dir: Path, names: list[str] | None = None) -> None:
-    """Refuse what the grader will not load: see inspect_names, then remote code and references to
-    files outside the checkpoint. model_dir must be the grader's own copy (snapshot_checkpoint),
+    """Refuse what the grader will not load: see inspect_names, then remote code (auto_map or
+    trust_remote_code in any of REMOTE_CODE_CONFIGS) and references to files outside the checkpoint
+    (inspect_file_references). model_dir must be the grader's own copy (snapshot_checkpoint),
     never the agent's directory; names: the agent's directory's top-level files, as listed when it
     was copied (the copy holds checkpoint files only, so it cannot show the pickle files), by
     default the copy's own."""
@@ -191,13 +222,15 @@ def inspect_checkpoint(model_dir: Path, names: list[str] | None = None) -> None:
         names = [p.name for p in model_dir.iterdir() if p.is_file()]
     inspect_names(names)
     config = _json_object(model_dir / "config.json", "bad_config")
-    if "auto_map" in config or config.get("trust_remote_code"):
-        raise SubmissionRefused(
-            422,
-            "remote_code",
-            "config.json asks for remote code (auto_map); the grader never runs checkpoint code: "
-            "save the model with a built-in transformers architecture",
-        )
+    for name in REMOTE_CODE_CONFIGS:
+        data = config if name == "config.json" else _optional_json_object(model_dir / name, "bad_config")
+        if data is not None and ("auto_map" in data or data.get("trust_remote_code")):
+            raise SubmissionRefused(
+                422,
+                "remote_code",
+                f"{name} asks for remote code (auto_map); the grader never runs checkpoint code: save the "
+                "model and tokenizer with built-in transformers classes (save_pretrained) and remove auto_map",
+            )
     inspect_file_references(model_dir, config)
 
 
@@ -205,11 +238,21 @@ def _json_object(path: Path, reason: str) -> dict:
     """A checkpoint file's JSON object, or a refusal (with `reason`) saying what is wrong with it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, ValueError, RecursionError) as exc:
+    except OSError as exc:  # str(exc) holds the path of the grader's copy: never quoted
+        raise SubmissionRefused(
+            422, reason, f"{path.name} cannot be read as a file ({exc.strerror or type(exc).__name__})"
+        ) from None
+    except (UnicodeError, ValueError, RecursionError) as exc:
         raise SubmissionRefused(422, reason, f"{path.name} is not valid JSON: {safe_text(str(exc), 300)}") from None
     if not isinstance(data, dict):
         raise SubmissionRefused(422, reason, f"{path.name} must hold a JSON object")
     return data
+
+
+def _optional_json_object(path: Path, reason: str) -> dict | None:
+    """_json_object of a checkpoint file that may be absent (None); a directory of that name is
+    not the file (a loader passes it over)."""
+    return _json_object(path, reason) if path.is_file() else None
 
 
 def _plain_file_name(value: object) -> bool:
@@ -239,12 +282,12 @@ def inspect_file_references(model_dir: Path, config: dict) -> None:
     They are: each shard index's weight_map values (model.safetensors.index.json: a checkpoint
     without weights of its own would otherwise load another model of the host, and be scored);
     config.json's transformers_weights (the weights file or index to load); tokenizer_config.json's
-    fast_tokenizer_files (the tokenizer.json to load)."""
+    fast_tokenizer_files and *_file keys (_inspect_tokenizer_files)."""
     present = {p.name for p in model_dir.iterdir() if p.is_file()}
     weights = config.get("transformers_weights")
     if weights is not None and (not _plain_file_name(weights) or weights not in present):
         raise _bad_reference("config.json's transformers_weights", [weights], 'e.g. "model.safetensors"')
-    for index in sorted(model_dir.glob("*.index.json")):
+    for index in sorted(p for p in model_dir.glob("*.index.json") if p.is_file()):
         weight_map = _json_object(index, "bad_file_reference").get("weight_map")
         if not isinstance(weight_map, dict):
             raise SubmissionRefused(
@@ -264,17 +307,27 @@ def inspect_file_references(model_dir: Path, config: dict) -> None:
         )
         if bad:
             raise _bad_reference(f"{index.name}'s weight_map", bad, 'e.g. "model-00001-of-00002.safetensors"')
-    tokenizer_config = model_dir / "tokenizer_config.json"
-    if tokenizer_config.is_file():
-        files = _json_object(tokenizer_config, "bad_file_reference").get("fast_tokenizer_files")
-        if files is not None:
-            bad = (
-                [f for f in files if not _plain_file_name(f) or f not in present]
-                if isinstance(files, list)
-                else [files]
+    tokenizer_config = _optional_json_object(model_dir / "tokenizer_config.json", "bad_file_reference")
+    if tokenizer_config is not None:
+        _inspect_tokenizer_files(tokenizer_config, present)
+
+
+def _inspect_tokenizer_files(tokenizer_config: dict, present: set[str]) -> None:
+    """tokenizer_config.json's file references: fast_tokenizer_files (the tokenizer.json to load), and
+    every *_file key (tokenizer_file, vocab_file, merges_file, special_tokens_map_file...), which
+    reach the tokenizer's constructor as paths (transformers 4.x lets them override the files it
+    found in the checkpoint; 5.x still passes on those its tokenizer class does not look for itself,
+    such as merges_file, and opens them). Each must be null or a plain file name of the checkpoint."""
+    files = tokenizer_config.get("fast_tokenizer_files")
+    if files is not None:
+        bad = [f for f in files if not _plain_file_name(f) or f not in present] if isinstance(files, list) else [files]
+        if bad:
+            raise _bad_reference("tokenizer_config.json's fast_tokenizer_files", bad, 'e.g. "tokenizer.json"')
+    for key, value in sorted(tokenizer_config.items()):
+        if key.endswith("_file") and value is not None and (not _plain_file_name(value) or value not in present):
+            raise _bad_reference(
+                f"tokenizer_config.json's {safe_text(key, 80)}", [value], 'e.g. "tokenizer.json", or remove the key'
             )
-            if bad:
-                raise _bad_reference("tokenizer_config.json's fast_tokenizer_files", bad, 'e.g. "tokenizer.json"')
 
 
 def is_checkpoint_file(name: str) -> bool:
