@@ -1,4 +1,8 @@
-"""Run the grading app with uvicorn on 127.0.0.1 and an ephemeral port, in a background thread."""
+"""Run the grading app with uvicorn on 127.0.0.1 and an ephemeral port, in a background thread.
+
+One asyncio event loop serves every connection (GuardedH11Protocol: each bounded in time); the
+submissions themselves run in its thread pool, so that a slow evaluation or a stalled client never
+holds up the others' /time and /health."""
 
 from __future__ import annotations
 
@@ -6,11 +10,12 @@ import secrets
 import socket
 import threading
 import time
+from functools import partial
 
 import uvicorn
 
 from rlbench.grader.grading import Grader
-from rlbench.grader.http import create_app
+from rlbench.grader.http import ConnectionTimeouts, GuardedH11Protocol, connection_timeouts, create_app
 
 
 def new_secret() -> str:
@@ -20,13 +25,22 @@ def new_secret() -> str:
 class GradingServer:
     """A started server; `url` (secret included) is what the agent gets as GRADING_SERVER_URL."""
 
-    def __init__(self, grader: Grader, host: str = "127.0.0.1"):
+    def __init__(self, grader: Grader, host: str = "127.0.0.1", timeouts: ConnectionTimeouts | None = None):
+        """timeouts: how long a connection may take (default: rlbench.grader.http's constants)."""
         self.grader = grader
+        self.timeouts = timeouts or connection_timeouts()
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((host, 0))  # port 0: the kernel picks a free port, so runs never collide
         self.host, self.port = self.socket.getsockname()
-        config = uvicorn.Config(create_app(grader), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            create_app(grader),
+            http=partial(GuardedH11Protocol, timeouts=self.timeouts),
+            timeout_keep_alive=self.timeouts.idle_s,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
         # None: stop() waits for every evaluation in flight. An interrupted run sets a bound, so that a
