@@ -259,11 +259,15 @@ def _sparse(model_dir: Path, rel: PurePosixPath) -> SubmissionRefused:
 
 
 def _has_hole(fd: int, size: int) -> bool:
-    """Whether the open file has a hole before its end (a file system without holes answers no)."""
+    """Whether the open file has a hole before its end (a file system without holes answers no).
+    The end of a file counts as a hole for SEEK_HOLE: a file cut shorter since it was opened is
+    not sparse for that (the copy takes what there is)."""
     if size == 0:
         return False
     try:
-        return os.lseek(fd, 0, os.SEEK_HOLE) < size
+        before = os.fstat(fd).st_size  # the file may be cut and written back around the lseek
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        return hole < min(size, before, os.fstat(fd).st_size)
     except OSError:
         return False
     finally:
