@@ -5,9 +5,9 @@ summary.json["metrics"] holds the paper's ten process metrics only (the referenc
 summary.json["metrics_extra"] holds ours, and so do "mode" (the agent's operating mode, from
 workspace.json) and "mode_audit" (the mode judged against the training methods of the recorded
 code revisions, rlbench.summaries.modes), the run overview (budget, duration, timeline, routes used...) and
-"interactive_failure" (L3 runs). The ledger, the code revisions and snapshots (grader/) and
-run_meta.json (workspace/) are read beside run.json. The optional LLM narrative
-(params.narrative, off by default) is asked through the judge backend, cached under
+"interactive_failure" (L3 runs). The ledger, the code revisions and snapshots and run_meta.json
+(grader/; the agent's copy in workspace/ only for runs recorded before the grader kept its own) are
+read beside run.json. The optional LLM narrative (params.narrative, off by default) is asked through the judge backend, cached under
 params.narrative_cache; a local judge's model comes as input.judge_model.
 """
 

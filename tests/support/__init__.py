@@ -9,5 +9,6 @@ fixtures of tests/conftest.py), never from one another.
 - diagnostics: synthetic ledgers and run directories for the analysis tests.
 - cli_agents: a real coding-agent tool through the runner, sandbox and gateway, against a scripted LLM.
 - faults: fault injection into real sweeps (kills, full disks) and the audit of what they leave.
+- full_disk: a small tmpfs in a private mount namespace that fills up, and the grader driver run on it.
 - opencompass_upstream: OpenCompass's own prompt rendering, for the protocol tests.
 """

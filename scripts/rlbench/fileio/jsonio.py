@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -27,8 +28,9 @@ def write_json(path: Path, data: Any, durable: bool = True) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", durable=durable)
 
 
-def write_text(path: Path, text: str, durable: bool = True) -> None:
-    """Write text atomically, as write_json does (for JSON the caller has already encoded)."""
+def write_text(path: Path, text: str, durable: bool = True, mode: int = 0o644) -> None:
+    """Write text atomically, as write_json does (for JSON the caller has already encoded); the
+    file gets permissions `mode`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -38,7 +40,7 @@ def write_text(path: Path, text: str, durable: bool = True) -> None:
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; records are meant to be read
+        os.chmod(tmp, mode)  # mkstemp creates 0600; records are meant to be read
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -65,13 +67,50 @@ def read_json(path: Path) -> Any:
 
 
 def append_jsonl(path: Path, record: dict) -> None:
-    """Append one record and fsync before returning: an acknowledged record survives a crash."""
+    """Append one record and fsync before returning: an acknowledged record survives a crash.
+
+    The line is whole or absent: if the write or the fsync fails (a full disk writes part of the
+    line, then refuses the rest), the file is truncated back to its length before the append and
+    the OSError is raised, so the caller must not acknowledge the record. A torn tail that an
+    earlier crash left (bytes after the last newline: never an acknowledged record) is cut off
+    first, so that the new line never glues onto it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    data = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        start = _whole_lines_length(fd)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except BaseException:
+            try:
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError as exc:  # the next append cuts the torn tail off (see above)
+                print(f"append_jsonl: could not truncate {path} back to {start} bytes: {exc}", file=sys.stderr)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _whole_lines_length(fd: int, block: int = 1 << 16) -> int:
+    """The file's length up to and including its last newline; a torn tail after it is truncated."""
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        chunk = os.pread(fd, min(block, end), end - min(block, end))
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            end = end - len(chunk) + newline + 1
+            break
+        end -= len(chunk)
+    if end < size:
+        print(f"append_jsonl: cutting a torn last line ({size - end} bytes, never acknowledged) off", file=sys.stderr)
+        os.ftruncate(fd, end)
+    return end
 
 
 def write_jsonl(path: Path, records: Iterable[dict]) -> int:
@@ -86,10 +125,26 @@ def write_jsonl(path: Path, records: Iterable[dict]) -> int:
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
-    with open(path) as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
+    """The records of a JSON-lines file, one per non-blank line.
+
+    A last line without its newline that is not valid JSON is a torn append (a crash or a full disk
+    in the middle of a write: never an acknowledged record): it is skipped with a warning on stderr.
+    Any other line that is not JSON is corruption, and raises ValueError naming the line."""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                if not line.endswith(b"\n"):  # only the last line can lack one
+                    print(f"read_jsonl: {path}: skipping a torn last line {number} ({len(line)} bytes): {exc}", file=sys.stderr)
+                    return
+                raise ValueError(
+                    f"{path}: line {number} is not valid JSON ({exc}); only a torn last line is skipped: "
+                    "the file is corrupt in the middle, restore it from a copy or repair that line by hand"
+                ) from None
+            yield record
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

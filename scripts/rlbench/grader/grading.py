@@ -1,9 +1,11 @@
 """The grader: handles each submission (checks, snapshot, cache by fingerprint, evaluation) and records it.
 
 Every request to /submit that reaches the grader gets a submission id and exactly one ledger line,
-whatever fails where: the statuses an agent can get are 200 (scored or cached), 4xx (refused, or
-failed: its model's fault; the body says what to change) and 503 (grader_error: the grader's own
-fault, `retryable: true`, a Retry-After header, submit again; not counted against the agent).
+whatever fails where (a line the disk refuses is never acknowledged: that request is answered as a
+grader error, whose line is written once the disk takes one; see grader.ledger_file): the statuses
+an agent can get are 200 (scored or cached), 4xx (refused, or failed: its model's fault; the body
+says what to change) and 503 (grader_error: the grader's own fault, `retryable: true`, a
+Retry-After header, submit again; not counted against the agent).
 Responses carry the reference harness's fields with the reference's meanings (see
 rlbench.recording.ledger); our own fields sit beside them.
 
@@ -33,10 +35,11 @@ from pathlib import Path
 
 from rlbench.evaluation.request import EvaluationError, GraderFault
 from rlbench.evaluation.workers import WorkerPool
-from rlbench.fileio.jsonio import append_jsonl, write_json
+from rlbench.fileio.jsonio import write_json
 from rlbench.grader.audit import commit_code, copy_code, write_checkpoint_record
 from rlbench.grader.fingerprint import checkpoint_manifest
 from rlbench.grader.gpu_locks import GpuLocks
+from rlbench.grader.ledger_file import LedgerFile
 from rlbench.grader.snapshot import SnapshotLimits, take_snapshot
 from rlbench.grader.submission import SubmissionRefused, inspect_checkpoint, resolve_submission
 from rlbench.grader.visible import AgentFiles, public, reference_run_meta, write_timer
@@ -137,14 +140,13 @@ class Grader:
         self._kills: dict[str, int] = {}  # fingerprint -> evaluations killed while the model ran
         # The agent's view of the recorded entries and the files written from it (grader.visible).
         self.agent_files = AgentFiles(config.workspace, config.baseline_score)
-        if self.ledger_path.exists() and self.ledger_path.stat().st_size:
-            raise RuntimeError(f"{self.ledger_path} holds an earlier attempt's submissions; archive it first")
+        # The ledger, and the lines the disk refused, waiting to be written (_unrecorded).
+        self.ledger = LedgerFile(self.ledger_path)
         self.entries: list[dict] = []
         self.best: dict | None = None
         self.last_submit_time: int | None = None  # int unix seconds of the last recorded submission
         self.end_time: int | None = None  # set by finish() when the run is over
         config.grader_dir.mkdir(parents=True, exist_ok=True)
-        self.ledger_path.touch()  # an empty ledger is a record too: no submission was made
         write_timer(config.workspace, config.deadline)
         self._write_agent_files()
 
@@ -165,11 +167,18 @@ class Grader:
         }
 
     def finish(self, end_time: float) -> None:
-        """Record the run's actual end (the agent has stopped) in run_meta.json."""
+        """Record the run's actual end (the agent has stopped): the grader's own grader/run_meta.json
+        (what the summaries read), then the agent's files, all rewritten. Never raises for what the
+        agent did to its workspace (its files are best-effort copies); waiting ledger lines get a last try."""
         with self._state_lock:
             self.end_time = int(end_time)
-            self.agent_files.changed("run_meta.json")
-            self._write_agent_files()
+            self.ledger.try_waiting(self.agent_files, self._after_record)
+            try:
+                write_json(self.config.grader_dir / "run_meta.json", self.run_meta())
+                self.agent_files.changed()  # whatever the agent put in their place, the grader's again
+                self._write_agent_files()
+            except Exception:  # noqa: BLE001 - the run must still be recorded (run.json)
+                traceback.print_exc(file=sys.stderr)
 
     def _write_agent_files(self) -> None:
         """run_meta.json, scores.json and submissions.json, each when it changed since last written
@@ -283,13 +292,15 @@ class Grader:
                 entry["error_detail"] = exc.detail
         else:
             traceback.print_exception(exc, file=sys.stderr)
+        # An OSError's text names the grader's own files (a snapshot, the ledger): its strerror only.
+        shown = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         entry.update(
             status=GRADER_ERROR,
             reason=GRADER_ERROR,
             retryable=True,
             score=0.0,
             cached=False,
-            error=f"the grader failed on this submission ({type(exc).__name__}: {exc}); "
+            error=f"the grader failed on this submission ({type(exc).__name__}: {shown}); "
             f"this is not a problem with your model and does not count as a submission: "
             f"submit it again (in {RETRY_AFTER_S} s or more)",
         )
@@ -417,7 +428,8 @@ class Grader:
         """Ledger (fsync'd), best snapshot and the agent's files; returns (status, response body).
 
         The entry replaces its pending placeholder and reaches the ledger whatever fails: if it
-        cannot be completed it is recorded as a grader error instead, and the side effects after
+        cannot be completed it is recorded as a grader error instead, if its line cannot be
+        written it is answered as one (_unrecorded), and the side effects after
         the ledger line (best model, agent files) only log their failures: the answer stays true,
         and the next submission rewrites the agent's files."""
         with self._state_lock:
@@ -428,21 +440,32 @@ class Grader:
                 status, entry = self._failure_entry(index + 1, entry.get("submitted_at") or time.time(), exc)
                 self.entries[index] = entry
                 with suppress(Exception):
-                    self._add_totals(entry, best_too=False)
-            self._append(entry)
-            self._after_record(entry)
+                    self.agent_files.add(entry, best_too=False)
+            try:
+                self.ledger.write_waiting(self.agent_files, self._after_record)
+                self.ledger.append(entry)
+            except Exception as exc:  # noqa: BLE001 - not in the ledger: never acknowledged
+                status, entry = self._unrecorded(entry, exc)
+            else:
+                self._after_record(entry)
         return status, public(entry)
 
-    def _append(self, entry: dict, attempts: int = 3) -> None:
-        """The ledger line, retried a few times (a transient I/O error must not leave a hole);
-        if the disk refuses for good, the failure is logged and the entry stays in memory."""
-        for attempt in range(1, attempts + 1):
-            try:
-                append_jsonl(self.ledger_path, entry)
-                return
-            except Exception:  # noqa: BLE001
-                traceback.print_exc(file=sys.stderr)
-                time.sleep(0.1 * attempt)
+    def _unrecorded(self, entry: dict, exc: Exception) -> tuple[int, dict]:
+        """The entry's ledger line could not be written (a full disk): nothing of it counts. It
+        leaves the agent's view and the cache, its snapshot is deleted, and the request is answered
+        as a grader error (503, retryable) under the same id, whose own line is written as soon as
+        the disk takes one, before any later line: every id answered has the line it was answered with."""
+        sid = entry["submission_id"]
+        self.agent_files.forget(sid)
+        if entry.get("status") == "scored":  # this request's evaluation, cached by _score
+            self._cache.pop(entry.get("fingerprint"), None)
+        shutil.rmtree(self.snapshots / f"{sid:04d}", ignore_errors=True)
+        status, failed = self._failure_entry(sid, entry.get("submitted_at") or time.time(), exc)
+        failed.update(model_path=entry.get("model_path"), gpu=entry.get("gpu"))
+        self.entries[sid - 1] = failed
+        self.ledger.waiting.append(failed)
+        self.ledger.try_waiting(self.agent_files, self._after_record)
+        return status, failed
 
     def _completed(self, entry: dict) -> dict:
         """The entry as recorded (strict JSON, repeat_of, best, totals), in place of its placeholder."""
@@ -454,15 +477,8 @@ class Grader:
         if entry.get("cached"):
             entry["repeat_of"] = self._earlier_result(entry)
         self.entries[entry["submission_id"] - 1] = entry
-        self._add_totals(entry)
+        self.agent_files.add(entry)  # the agent's view, and the totals over all recorded
         return entry
-
-    def _add_totals(self, entry: dict, best_too: bool = True) -> None:
-        """Index the recorded entry (the agent's view) and give it the totals over all recorded."""
-        self.agent_files.index(entry)
-        if best_too and self.agent_files.reference_best is not None:  # the reference never answers "best": null
-            entry["best"] = dict(self.agent_files.reference_best)
-        entry["total_submissions"] = self.agent_files.submissions
 
     def _after_record(self, entry: dict) -> None:
         """Best snapshot, last_submit_time and the agent's files; failures are logged, not raised."""
@@ -538,5 +554,5 @@ class Grader:
                 "available_gpus": self.gpu_locks.available,
                 "gpus": self.gpu_locks.available,
                 "total_submissions": self.agent_files.submissions,
-                "requests": len(self.entries),
+                "requests": len(self.entries) - len(self.ledger.waiting),  # those in the ledger, and in flight
             }

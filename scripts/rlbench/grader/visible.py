@@ -4,12 +4,18 @@ They carry the reference harness's fields with the reference's meanings (see rlb
 our own fields sit beside them. They are derived from the fsync'd ledger: rewritten atomically but
 without fsync, only when they change, from entries encoded once, and submissions.json lists the last
 SUBMISSIONS_SHOWN requests, so that a flood of requests costs each one about the same.
+
+They are best-effort copies of the grader's own records: the agent may put anything in their place
+(a directory, a link, a FIFO, a read-only directory). A write never follows what is there (a fresh
+temporary file renamed over the name: jsonio.write_text), and one that fails is logged and retried
+at the next change, never raised: nothing the agent does to its workspace stops the grader.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -59,10 +65,9 @@ def reference_run_meta(
 
 
 def write_timer(workspace: Path, deadline: float) -> None:
-    """timer.sh: the time left in the run, as the reference's CLI wrappers print it."""
-    timer = workspace / "timer.sh"
-    timer.write_text(TIMER_SCRIPT.format(deadline=int(deadline)))
-    timer.chmod(0o755)
+    """timer.sh: the time left in the run, as the reference's CLI wrappers print it (written as
+    the other files are: never through a link planted at its name)."""
+    write_text(workspace / "timer.sh", TIMER_SCRIPT.format(deadline=int(deadline)), durable=False, mode=0o755)
 
 
 def public(entry: dict, *also: str) -> dict:
@@ -87,6 +92,7 @@ class AgentFiles:
         self.reference_best: dict | None = None  # ledger.reference_best of the recorded entries
         self._versions = {"scores.json": 0, "submissions.json": 0, "run_meta.json": 0}  # content changes
         self._written: dict[str, int] = {}  # the version of each agent file last written
+        self._failing: dict[str, str] = {}  # file -> the error its last write failed with (logged once)
 
     @property
     def submissions(self) -> int:
@@ -99,7 +105,9 @@ class AgentFiles:
         Not fsync'd (the ledger is; these are derived from it), atomic all the same. scores.json
         is the reference's: every submission, in order; submissions.json lists the most recent
         SUBMISSIONS_SHOWN requests, with totals over all of them. run_meta: the grader's
-        run_meta.json content (asked for only when it changed); best: the grader's own best."""
+        run_meta.json content (asked for only when it changed); best: the grader's own best.
+        A file that cannot be written (the agent put a directory in its place, or made the
+        workspace read-only) is logged, left for the next write, and never stops the others."""
         files = {
             "run_meta.json": lambda: json.dumps(run_meta(), indent=2, sort_keys=True) + "\n",
             "scores.json": lambda: encoded_list(self._submission_lines, 0) + "\n",
@@ -108,7 +116,14 @@ class AgentFiles:
         for name, text in files.items():
             version = self._versions[name]
             if self._written.get(name) != version:
-                write_text(self.workspace / name, text(), durable=False)
+                try:
+                    write_text(self.workspace / name, text(), durable=False)
+                except OSError as exc:
+                    if self._failing.get(name) != str(exc):
+                        print(f"grader: could not update the agent's {name} (retried at the next change): {exc}", file=sys.stderr)
+                    self._failing[name] = str(exc)
+                    continue
+                self._failing.pop(name, None)
                 self._written[name] = version
 
     def _submissions_json(self, best: dict | None) -> str:
@@ -124,9 +139,17 @@ class AgentFiles:
         return json.dumps(head, indent=2, sort_keys=True)[:-2] + f',\n  "submissions": {listed}\n}}\n'
 
     def changed(self, *names: str) -> None:
-        """Mark the named files as changed: the next write() rewrites them."""
-        for name in names:
+        """Mark the named files as changed (all of them when none is named): the next write() rewrites them."""
+        for name in names or tuple(self._versions):
             self._versions[name] += 1
+
+    def add(self, entry: dict, best_too: bool = True) -> None:
+        """Index a recorded entry (index) and give it the totals over all those recorded: `best`
+        (the reference's; never null, as the reference never answers "best": null) and `total_submissions`."""
+        self.index(entry)
+        if best_too and self.reference_best is not None:
+            entry["best"] = dict(self.reference_best)
+        entry["total_submissions"] = self.submissions
 
     def index(self, entry: dict) -> None:
         """Add a recorded entry (or its replacement) to the agent's view: its scores.json and
@@ -157,6 +180,21 @@ class AgentFiles:
         elif reference is not None:
             self.reference_best = _better(reference, self.reference_best)
         self.changed("submissions.json", *(["scores.json"] if reference is not None or was_submission else []))
+
+    def forget(self, sid: int) -> None:
+        """Take an indexed entry out of the view again (its ledger line could not be written): the
+        view is as if it had never been indexed."""
+        old = self._views.pop(sid, None)
+        if old is None:
+            return
+        del self._request_ids[bisect.bisect_left(self._request_ids, sid)]
+        if old.reference is not None:
+            at = bisect.bisect_left(self._submission_ids, sid)
+            del self._submission_ids[at], self._submission_lines[at]
+            self.reference_best = None  # rare (a full disk): recomputed
+            for i in self._submission_ids:
+                self.reference_best = _better(self._views[i].reference, self.reference_best)
+        self.changed("submissions.json", *(["scores.json"] if old.reference is not None else []))
 
 
 @dataclass

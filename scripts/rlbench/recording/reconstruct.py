@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlbench.fileio.jsonio import read_jsonl
 from rlbench.recording.repository import CODE_GIT, CodeRepository, RecordingError, code_revisions
 from rlbench.recording.trace import summarize_trace
 
@@ -21,14 +22,8 @@ def _json_or_none(path: Path):
 
 
 def _ledger(path: Path) -> list[dict]:
-    entries = []
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                continue
-    return entries
+    """The ledger's entries (jsonio.read_jsonl: a torn last line is skipped, a corrupt one elsewhere raises)."""
+    return list(read_jsonl(path)) if path.is_file() else []
 
 
 def reconstruct(run_dir: Path) -> dict:

@@ -12,6 +12,8 @@ Two sets of process metrics, kept apart so that a paper name never carries anoth
 
 from __future__ import annotations
 
+import os
+import stat
 from collections import Counter
 from pathlib import Path
 
@@ -24,14 +26,18 @@ def _int_or_none(value) -> int | None:
     return None if value is None else int(value)
 
 
-def load_run_meta(workspace: Path, run: dict, submissions: list[dict]) -> dict:
+def load_run_meta(workspace: Path, run: dict, submissions: list[dict], grader: Path | None = None) -> dict:
     """start_time, timeout_s, last_submit_time, end_time as the reference reads them from
     run_meta.json (int unix seconds; end_time = when the run actually ended). A field the file
     lacks comes from run.json (truncated to int, as the reference stores it) or, for
-    last_submit_time, from the last recorded submission's finish time."""
-    path = Path(workspace) / "run_meta.json"
-    meta = read_json(path) if path.exists() else {}
-    meta = meta if isinstance(meta, dict) else {}
+    last_submit_time, from the last recorded submission's finish time.
+
+    The file read is the grader's own record (grader/run_meta.json, written by Grader.finish); the
+    workspace's copy is the agent's to change (forge, or replace by a directory or a FIFO), and is
+    read only for runs recorded before that record existed, and only when it is a regular file."""
+    meta = _json_object_file(Path(grader) / "run_meta.json") if grader is not None else None
+    if meta is None:
+        meta = _json_object_file(Path(workspace) / "run_meta.json") or {}
     finishes = [t for t in (finished_at(e) for e in submissions) if t is not None]
     fallback = {
         "start_time": _int_or_none(run.get("start_time")),
@@ -40,6 +46,17 @@ def load_run_meta(workspace: Path, run: dict, submissions: list[dict]) -> dict:
         "last_submit_time": int(max(finishes)) if finishes else None,
     }
     return {key: _int_or_none(meta.get(key)) if meta.get(key) is not None else value for key, value in fallback.items()}
+
+
+def _json_object_file(path: Path) -> dict | None:
+    """A JSON object from a regular file at path (not a link, directory or FIFO), else None."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        meta = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def paper_metrics(

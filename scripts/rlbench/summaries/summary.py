@@ -41,7 +41,7 @@ def summarize(
     ledger = list(read_jsonl(ledger_path)) if ledger_path.exists() else []
     submissions = recorded_submissions(ledger)
     base_model = base_model_dir(workspace, base_model)
-    meta = load_run_meta(workspace, run, submissions)
+    meta = load_run_meta(workspace, run, submissions, grader)
     records = iterations(
         submissions,
         grader_dir=grader,
