@@ -32,6 +32,7 @@ from rlbench.grader.submission import (
     SubmissionRefused,
     agent_error,
     checkpoint_changed,
+    file_refused,
     inspect_names,
     is_checkpoint_file,
     unreadable_checkpoint,
@@ -249,12 +250,12 @@ def _too_large(model_dir: Path, total: int, max_bytes: int) -> SubmissionRefused
 
 
 def _sparse(model_dir: Path, rel: PurePosixPath) -> SubmissionRefused:
-    return SubmissionRefused(
-        422,
+    return file_refused(
+        model_dir,
+        rel,
         "sparse_file",
-        f"{safe_text(str(rel), SHOWN_PATH_CHARS)} in {safe_text(model_dir.name, SHOWN_PATH_CHARS)} has holes (a "
-        "sparse file: parts never written): the grader does not copy them; write the file out in full "
-        "(model.save_pretrained(dir) does)",
+        "has holes (a sparse file: parts never written): the grader does not copy them; write the file out "
+        "in full (model.save_pretrained(dir) does)",
     )
 
 
@@ -392,12 +393,12 @@ def snapshot_checkpoint(workspace: Path, model_dir: Path, dest: Path) -> list[st
 
 
 def _not_regular(model_dir: Path, rel: PurePosixPath) -> SubmissionRefused:
-    return SubmissionRefused(
-        422,
+    return file_refused(
+        model_dir,
+        rel,
         "not_a_regular_file",
-        f"{safe_text(str(rel), SHOWN_PATH_CHARS)} in {safe_text(model_dir.name, SHOWN_PATH_CHARS)} is not a regular "
-        "file (a symbolic link, a FIFO...): the grader copies checkpoint files without following links. "
-        "Put the files themselves in the directory (cp --dereference, or save the model there)",
+        "is not a regular file (a symbolic link, a FIFO...): the grader copies checkpoint files without "
+        "following links. Put the files themselves in the directory (cp --dereference, or save the model there)",
     )
 
 

@@ -373,12 +373,19 @@ def agent_error(model_dir: Path, rel: str, exc: OSError) -> SubmissionRefused:
     return unreadable_checkpoint(model_dir, rel, exc)
 
 
-def unreadable_checkpoint(model_dir: Path, rel: str, exc: OSError) -> SubmissionRefused:
+def file_refused(model_dir: Path, rel: object, reason: str, problem: str) -> SubmissionRefused:
+    """A 422 refusal for one file of the checkpoint: "<rel> in <directory name> <problem>"."""
     return SubmissionRefused(
-        422,
+        422, reason, f"{safe_text(str(rel), SHOWN_PATH_CHARS)} in {safe_text(model_dir.name, SHOWN_PATH_CHARS)} {problem}"
+    )
+
+
+def unreadable_checkpoint(model_dir: Path, rel: str, exc: OSError) -> SubmissionRefused:
+    return file_refused(
+        model_dir,
+        rel,
         "unreadable_checkpoint",
-        f"{safe_text(str(rel), SHOWN_PATH_CHARS)} in {safe_text(model_dir.name, SHOWN_PATH_CHARS)} cannot be read "
-        f"({exc.strerror or exc}): the grader copies the checkpoint as it is; make its files and directories "
-        "readable (chmod -R u+rwX,go+rX DIR)",
+        f"cannot be read ({exc.strerror or exc}): the grader copies the checkpoint as it is; make its files "
+        "and directories readable (chmod -R u+rwX,go+rX DIR)",
     )
 
