@@ -14,11 +14,14 @@ from rlbench.config import (
     validate_config,
 )
 from rlbench.analysis.catalogue import FIGURE, ITEMS as REPORT_ITEMS, TABLE
+from rlbench.tasks import split_size_problems
 from rlbench.tasks.base import ensure_salt
 
+# Before any rule runs: the config against the schema and the registries, and every task's split sizes
+# against what its data source can give (a config that cannot work never rewrites a split or archives a run).
 try:
     REGISTRIES = Registries.load(Path(workflow.basedir) / "config")
-    VALIDATED = validate_config(config, REGISTRIES)
+    VALIDATED = validate_config(config, REGISTRIES, task_problems=split_size_problems)
 except ConfigError as error:
     raise SystemExit(f"Agent² RL-Bench: {error}")
 config.update(VALIDATED)

@@ -6,6 +6,7 @@ Builds on: paths.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,8 +210,14 @@ def report_settings(report: dict | None = None) -> dict:
     return section_settings("report", report)
 
 
-def validate_config(config: dict, registries: Registries) -> dict:
-    """Validate a sweep config against the schema and the registries; return it with defaults."""
+def validate_config(
+    config: dict, registries: Registries, task_problems: Callable[[dict], list[str]] | None = None
+) -> dict:
+    """Validate a sweep config against the schema and the registries; return it with defaults.
+
+    task_problems: what is wrong with one task's settings (the registry entry with the sweep's overrides)
+    beyond the schema, asked for every task of the sweep: the workflow passes rlbench.tasks.split_size_problems
+    (split sizes its data source cannot give), which this layer cannot import. Every problem is reported at once."""
     schema = load_schema("config")
     validate(config, schema, "config")
     config = copy.deepcopy(config)
@@ -228,6 +235,7 @@ def validate_config(config: dict, registries: Registries) -> dict:
                         f"allowed values: {', '.join(sorted(known)) or '(none registered)'}"
                     )
     task_schema = load_schema("task")
+    invalid = set()
     for name in config.get("tasks", {}):
         if name not in registries.tasks:
             problems.append(
@@ -238,6 +246,12 @@ def validate_config(config: dict, registries: Registries) -> dict:
             validate(task_settings(config, registries, name), task_schema, f"'tasks.{name}' merged over config/tasks/")
         except ConfigError as error:
             problems.append(str(error))
+            invalid.add(name)
+    if task_problems is not None:
+        swept = dict.fromkeys(name for grid in grids for name in grid["tasks"] if name in registries.tasks)
+        for name in swept:
+            if name not in invalid:
+                problems += task_problems(task_settings(config, registries, name))
     problems += _narrative_problems(config["report"]["narrative"], registries)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))

@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib
 
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, EvalContext, EvalResult, Task
+from rlbench.tasks.capacity import size_problems
 
-__all__ = ["EVAL_FILE", "TRAIN_FILE", "EvalContext", "EvalResult", "Task", "get_task"]
+__all__ = ["EVAL_FILE", "TRAIN_FILE", "EvalContext", "EvalResult", "Task", "get_task", "split_size_problems"]
 
 
 def get_task(settings: dict) -> Task:
@@ -31,3 +32,14 @@ def get_task(settings: dict) -> Task:
     if task_class is None or not issubclass(task_class, Task):
         raise ValueError(f"rlbench.tasks.{name} defines no TASK_CLASS (a Task subclass)")
     return task_class()
+
+
+def split_size_problems(settings: dict) -> list[str]:
+    """What is wrong with the split sizes a task's settings ask for, given what its data source can give
+    (Task.split_capacity); empty when nothing is. What the workflow checks for every task of the sweep
+    before any rule runs (rlbench.config.validate_config's task_problems)."""
+    try:
+        task = get_task(settings)
+    except ValueError as error:
+        return [str(error)]
+    return size_problems(settings["name"], settings.get("source"), task.split_sizes(settings), task.split_capacity(settings))

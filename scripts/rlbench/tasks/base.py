@@ -36,6 +36,7 @@ from types import ModuleType
 
 from rlbench.config import evaluation_settings
 from rlbench.paths import LIBRARY_DIR
+from rlbench.tasks.capacity import SplitCapacity
 
 TRAIN_FILE = "train.jsonl"
 EVAL_FILE = "eval.jsonl"
@@ -376,6 +377,16 @@ class Task(ABC):
             **self.prepare_train(settings, train_dir),
             **self.prepare_eval(settings, train_dir, eval_dir, salt=salt),
         }
+
+    def split_sizes(self, settings: dict) -> tuple[int | None, int | None]:
+        """How many training and held-out items the settings ask for: train_size and eval_size, with the
+        task's own default where one is null (None: all the source gives)."""
+        return settings.get("train_size"), settings.get("eval_size")
+
+    def split_capacity(self, settings: dict) -> SplitCapacity | None:
+        """What the settings' data source can give the splits, known before any data are built
+        (rlbench.tasks.capacity; checked when the config is validated); None: no bound known here."""
+        return None
 
     @abstractmethod
     def describe(self, settings: dict) -> str:

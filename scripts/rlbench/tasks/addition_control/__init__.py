@@ -28,10 +28,13 @@ from rlbench.tasks.base import (
     salt_fingerprint,
     salted_seed,
 )
+from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.parts import RuleScorer, SingleTurn
 
 PUBLIC = Path(__file__).with_name("public.py")
 LOW, HIGH = 10, 99  # two-digit operands, inclusive
+# Every unordered operand pair {a, b}, a <= b: the one pool both splits are drawn from (4,095 pairs).
+PAIRS = tuple((a, b) for a in range(LOW, HIGH + 1) for b in range(a, HIGH + 1))
 DEFAULT_TRAIN_SIZE = 2000
 DEFAULT_EVAL_SIZE = 100
 
@@ -66,7 +69,7 @@ def _check_source(settings: dict) -> str:
 def _pool(seed: int) -> list[tuple[int, int]]:
     """Every unordered operand pair, shuffled with `seed`, each in a seeded order (a + b or b + a)."""
     rng = random.Random(seed)
-    pairs = [(a, b) for a in range(LOW, HIGH + 1) for b in range(a, HIGH + 1)]
+    pairs = list(PAIRS)
     rng.shuffle(pairs)
     return [(b, a) if rng.random() < 0.5 else (a, b) for a, b in pairs]
 
@@ -116,6 +119,14 @@ class AdditionControl(Task):
             "eval_sha256": sha256_file(path),
             "salt_sha256": salt_fingerprint(salt),
         }
+
+    def split_sizes(self, settings: dict) -> tuple[int, int]:
+        return settings.get("train_size") or DEFAULT_TRAIN_SIZE, settings.get("eval_size") or DEFAULT_EVAL_SIZE
+
+    def split_capacity(self, settings: dict) -> SplitCapacity:
+        return SplitCapacity(
+            source=f"the {len(PAIRS):,} operand pairs {{a, b}} with {LOW} <= a <= b <= {HIGH}", total=len(PAIRS)
+        )
 
     def describe(self, settings: dict) -> str:
         return DESCRIPTION.format(

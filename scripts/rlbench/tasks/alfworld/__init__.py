@@ -29,6 +29,7 @@ from rlbench.fileio.jsonio import write_jsonl
 from rlbench.tasks.alfworld import public
 from rlbench.tasks.alfworld.rollout import ReActRollout, SuccessScorer
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
+from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.parts import built_split
 
 PUBLIC = Path(__file__).with_name("public.py")
@@ -153,6 +154,24 @@ class ALFWorld(Task):
         return manifest
 
     # -- splits -------------------------------------------------------------------------
+    def split_sizes(self, settings: dict) -> tuple[int | None, int | None]:
+        if settings.get("source", "offline") == "hub":
+            return settings.get("train_size"), settings.get("eval_size")  # null: every game of the data
+        return settings.get("train_size") or DEFAULT_TRAIN_GAMES, sum(mix_counts(settings.get("eval_size")).values())
+
+    def split_capacity(self, settings: dict) -> SplitCapacity | None:
+        """hub: the official data's games (hub.HUB_GAMES); offline: no bound, games are sampled."""
+        if settings.get("source", "offline") != "hub":
+            return None
+        from rlbench.tasks.alfworld.hub import HUB_GAMES, SPLIT_FOLDERS
+
+        return SplitCapacity(
+            source=f"the official ALFWorld data ({HUB_GAMES['train']:,} games in {SPLIT_FOLDERS['train']}, "
+            f"{HUB_GAMES['heldout']} in {SPLIT_FOLDERS['heldout']})",
+            train=HUB_GAMES["train"],
+            eval=HUB_GAMES["heldout"],
+        )
+
     def prepare_train(self, settings: dict, train_dir: Path, *, sources: dict | None = None) -> dict:
         games_dir = built_split(sources, "train_games", "ALFWorld")
         manifest = json.loads((games_dir / MANIFEST).read_text())

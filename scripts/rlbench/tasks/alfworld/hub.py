@@ -20,6 +20,9 @@ from rlbench.fileio.jsonio import write_json
 from rlbench.tasks.alfworld import public
 
 SPLIT_FOLDERS = {"train": "json_2.1.1/train", "heldout": "json_2.1.1/valid_unseen"}
+# The solvable games AlfredTWEnv lists in each folder of the official data (ALFWorld's 3,553 training
+# games, the 134 of valid_unseen): the most a hub split can give.
+HUB_GAMES = {"train": 3553, "heldout": 134}
 
 
 def list_games(split_root: Path) -> list[Path]:

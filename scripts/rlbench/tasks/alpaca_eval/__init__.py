@@ -34,6 +34,7 @@ from rlbench.tasks.base import (
     salt_fingerprint,
     salted_seed,
 )
+from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.parts import SingleTurn
 
 PUBLIC = Path(__file__).with_name("public.py")
@@ -48,6 +49,10 @@ HUB_DEFAULTS = {
     "train_split": "train",
 }
 HUB_TRAIN_SIZE = 2000  # the reference harness's ALPACAEVAL_TRAIN_SAMPLES
+# What the default hub data hold: AlpacaEval's 805 instructions (the reference file's rows) and the rows of
+# tatsu-lab/alpaca's train split; the most a hub split can give.
+HUB_EVAL_ROWS = 805
+HUB_TRAIN_ROWS = 52002
 MODEL_NAME = "model"  # the evaluated model's generator name in alpaca_eval's tables
 
 DESCRIPTION = """\
@@ -268,6 +273,36 @@ class AlpacaEval(Task):
             "train_eval_overlap": overlap,  # hub: the real data as they are, overlap only recorded
             **extra,
         }
+
+    def split_sizes(self, settings: dict) -> tuple[int | None, int | None]:
+        train = settings.get("train_size")
+        return (train or HUB_TRAIN_SIZE) if _check_source(settings) == "hub" else train, settings.get("eval_size")
+
+    def split_capacity(self, settings: dict) -> SplitCapacity | None:
+        """hub: the default datasets' rows (other datasets are known only once loaded); offline: the rows
+        shipped in data/."""
+        if _check_source(settings) == "offline":
+            train, held_out = (sum(1 for _ in read_jsonl(path)) for path in (OFFLINE_TRAIN, OFFLINE_EVAL))
+            return SplitCapacity(
+                source=f"the offline data shipped in the task's data/ ({train} training rows, {held_out} instructions)",
+                train=train,
+                eval=held_out,
+            )
+        hub = _hub(settings)
+
+        def is_default(*keys: str) -> bool:
+            return all(hub[key] == HUB_DEFAULTS[key] for key in keys)
+
+        train = HUB_TRAIN_ROWS if is_default("train_path", "train_split") else None
+        held_out = HUB_EVAL_ROWS if is_default("path", "reference_file") else None
+        if train is None and held_out is None:
+            return None
+        return SplitCapacity(
+            source=f"the hub data ({HUB_TRAIN_ROWS:,} rows of {HUB_DEFAULTS['train_path']}, "
+            f"AlpacaEval's {HUB_EVAL_ROWS} instructions)",
+            train=train,
+            eval=held_out,
+        )
 
     def describe(self, settings: dict) -> str:
         judge = settings.get("judge") or {}

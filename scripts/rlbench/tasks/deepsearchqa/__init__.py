@@ -27,9 +27,10 @@ from pathlib import Path
 
 from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_json, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
+from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.deepsearchqa import public
 from rlbench.tasks.deepsearchqa.grading import AnswerScorer
-from rlbench.tasks.deepsearchqa.kb import build_kb, questions
+from rlbench.tasks.deepsearchqa.kb import build_kb, candidates, questions
 from rlbench.tasks.deepsearchqa.rollout import KB_FILE, SearchRollout
 from rlbench.tasks.parts import built_split
 
@@ -189,6 +190,27 @@ class DeepSearchQA(Task):
         return manifest
 
     # -- splits -----------------------------------------------------------------------------------
+    def split_sizes(self, settings: dict) -> tuple[int, int]:
+        return _sizes(settings)
+
+    def split_capacity(self, settings: dict) -> SplitCapacity:
+        """hub: the reference's split (TRAIN_SIZE training questions, the next EVAL_SIZE held out); offline:
+        every question the knowledge base can ask, both splits drawn from them, disjoint."""
+        if settings.get("source", "offline") == "hub":
+            return SplitCapacity(
+                source=f"the reference's split of {HUB_PATH} (shuffled with seed {HUB_SHUFFLE_SEED}: {TRAIN_SIZE} "
+                f"training questions, the next {EVAL_SIZE} held out)",
+                train=TRAIN_SIZE,
+                eval=EVAL_SIZE,
+            )
+        data_seed, kb_size = int(settings.get("data_seed", 0)), _kb_size(settings)
+        total = len(candidates(build_kb(data_seed, kb_size)))
+        return SplitCapacity(
+            source=f"the knowledge base of kb_size {kb_size} (data_seed {data_seed}: {total:,} questions)",
+            total=total,
+            grows_with="kb_size",
+        )
+
     def prepare_train(self, settings: dict, train_dir: Path, *, sources: dict | None = None) -> dict:
         built = built_split(sources, "train_games", "DeepSearchQA")
         train_dir = Path(train_dir)

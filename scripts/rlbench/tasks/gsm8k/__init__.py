@@ -15,12 +15,15 @@ from rlbench.tasks.base import (
     salt_fingerprint,
     salted_seed,
 )
+from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.parts import RuleScorer, SingleTurn
 from rlbench.tasks.opencompass_config import read_dataset_config
 
 PUBLIC = Path(__file__).with_name("public.py")
 # The dataset config the reference harness evaluates GSM8K with (benchmarks/__init__.py there).
 OPENCOMPASS_CONFIG = "configs/datasets/gsm8k/gsm8k_gen_1d7fe4.py"
+# The rows of the default hub dataset's splits (path, config, split): the most a hub split can give.
+HUB_ROWS = {("openai/gsm8k", "main", "train"): 7473, ("openai/gsm8k", "main", "test"): 1319}
 # What our public module implements; a config naming anything else is refused, not approximated.
 EXPECTED_PARTS = {
     "retriever": "ZeroRetriever",
@@ -119,14 +122,20 @@ def _check_source(settings: dict) -> str:
     return settings["source"]
 
 
+def _hub_split(settings: dict, which: str) -> tuple[str, str, str]:
+    """(dataset path, config name, split) of the hub's train or eval split."""
+    hub = settings.get("hub", {})
+    split = hub.get("train_split", "train") if which == "train" else hub.get("eval_split", "test")
+    return hub.get("path", "openai/gsm8k"), hub.get("name", "main"), split
+
+
 def _hub_rows(settings: dict, which: str) -> list[dict]:
     """The train or eval split of the real dataset (`datasets` caches it between calls)."""
     from datasets import load_dataset
 
-    hub = settings.get("hub", {})
-    split = hub.get("train_split", "train") if which == "train" else hub.get("eval_split", "test")
+    path, name, split = _hub_split(settings, which)
     try:
-        data = load_dataset(hub.get("path", "openai/gsm8k"), hub.get("name", "main"), split=split)
+        data = load_dataset(path, name, split=split)
     except Exception as exc:  # the hub is unreachable or the dataset moved
         raise RuntimeError(
             f"could not load GSM8K from the hub ({exc}); set `tasks: gsm8k: source: offline` "
@@ -167,6 +176,20 @@ class GSM8K(Task):
         path = Path(eval_dir) / EVAL_FILE
         write_jsonl(path, held_out)
         return {"source": source, "eval_rows": len(held_out), "eval_sha256": sha256_file(path), **extra}
+
+    def split_capacity(self, settings: dict) -> SplitCapacity | None:
+        """hub: the rows of openai/gsm8k's splits (another dataset's are known only once loaded); offline:
+        no bound, the twin generates questions until it has as many distinct ones as asked for."""
+        if _check_source(settings) != "hub":
+            return None
+        train, held_out = _hub_split(settings, "train"), _hub_split(settings, "eval")
+        if train not in HUB_ROWS and held_out not in HUB_ROWS:
+            return None
+        path, name, _ = train
+        described = ", ".join(f"{HUB_ROWS[s]:,} rows in {s[2]}" for s in (train, held_out) if s in HUB_ROWS)
+        return SplitCapacity(
+            source=f"the hub dataset {path} ({name}: {described})", train=HUB_ROWS.get(train), eval=HUB_ROWS.get(held_out)
+        )
 
     def describe(self, settings: dict) -> str:
         size = settings.get("eval_size")

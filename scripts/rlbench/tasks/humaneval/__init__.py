@@ -23,6 +23,7 @@ from pathlib import Path
 from rlbench.tasks.parts import ExecutionScorer
 from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task
+from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.opencompass_config import ProtocolUnavailable, config_file, read_dataset_config
 from rlbench.tasks.parts import SingleTurn
 
@@ -228,6 +229,15 @@ class HumanEval(Task):
         path = Path(eval_dir) / EVAL_FILE
         write_jsonl(path, held_out)
         return {"source": settings["source"], "eval_rows": len(held_out), "eval_sha256": sha256_file(path)}
+
+    def split_capacity(self, settings: dict) -> SplitCapacity:
+        """Either source: HumanEval's problems, the first half for training, the second held out."""
+        held_out = TOTAL_PROBLEMS - TRAIN_PROBLEMS
+        return SplitCapacity(
+            source=f"HumanEval's {TOTAL_PROBLEMS} problems (the first {TRAIN_PROBLEMS} for training, the last {held_out} held out)",
+            train=TRAIN_PROBLEMS,
+            eval=held_out,
+        )
 
     def describe(self, settings: dict) -> str:
         protocol = opencompass_protocol()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rlbench.fileio.jsonio import read_jsonl, write_json, write_jsonl
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
+from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.parts import built_split
 from rlbench.tasks.webshop import public
 from rlbench.tasks.webshop.rollout import PRODUCTS_FILE, RewardScorer, WebShopRollout, hub_url
@@ -162,6 +163,28 @@ class WebShop(Task):
         return manifest
 
     # -- splits -------------------------------------------------------------------------
+    def split_sizes(self, settings: dict) -> tuple[int, int]:
+        return settings.get("train_size") or DEFAULT_TRAIN_GOALS, settings.get("eval_size") or DEFAULT_EVAL_GOALS
+
+    def split_capacity(self, settings: dict) -> SplitCapacity | None:
+        """offline: the distinct instructions the generated catalogue can ask for about its training and
+        its held-out target products (generate.goal_capacity); hub: no bound known here (the site's goals)."""
+        if _is_hub(settings):
+            return None
+        from rlbench.tasks.webshop import generate
+
+        size = settings.get("catalogue_size") or DEFAULT_CATALOGUE
+        catalogue = generate.generate_catalogue(int(settings.get("data_seed", 0)), size)
+        train = generate.goal_capacity(catalogue, catalogue.train_asins)
+        held_out = generate.goal_capacity(catalogue, catalogue.heldout_asins)
+        return SplitCapacity(
+            source=f"the generated catalogue of catalogue_size {size} ({train:,} distinct instructions about its "
+            f"training products, {held_out:,} about its held-out ones)",
+            train=train,
+            eval=held_out,
+            grows_with="catalogue_size",
+        )
+
     def prepare_train(self, settings: dict, train_dir: Path, *, sources: dict | None = None) -> dict:
         goals_dir = built_split(sources, "train_games", "WebShop")
         train_dir = Path(train_dir)

@@ -294,10 +294,15 @@ def generate_catalogue(data_seed: int, n_products: int = 300) -> GeneratedCatalo
 
 
 # -- goals -------------------------------------------------------------------------------------
+def _bound_candidates(price: float) -> list[int]:
+    """The first four multiples of 10 (10..990) above `price`."""
+    return [m for m in range(10, 1000, 10) if m > price][:4]
+
+
 def price_bound(price: float, rng: Random) -> float | None:
     """WebShop's price bound: of the first four multiples of 10 (10..990) above `price`, the
     larger of two drawn at random; None (no bound) when fewer than two exist."""
-    candidates = [m for m in range(10, 1000, 10) if m > price][:4]
+    candidates = _bound_candidates(price)
     return float(max(rng.sample(candidates, 2))) if len(candidates) >= 2 else None
 
 
@@ -341,6 +346,23 @@ def make_goal(product: dict, rng: Random, frequencies: Counter) -> dict:
         "price_upper": bound if bound is not None else public.NO_PRICE_BOUND,
         "weight": sum(1 / frequencies[a] for a in attributes) / len(attributes),
     }
+
+
+def goal_capacity(catalogue: GeneratedCatalogue, asins: Iterable[str]) -> int:
+    """The most goals with distinct instructions make_goal can give about these target products: per
+    product, its ordered choices of 1 to MAX_GOAL_ATTRIBUTES attributes x its option values x the price
+    bounds price_bound can draw x the instruction templates. An upper bound (two products may share an
+    instruction), known before any goal is drawn: the sizes a config may ask for."""
+    total = 0
+    for asin in asins:
+        product = catalogue.by_asin(asin)
+        n = len(product["attributes"])
+        attributes = sum(math.perm(n, k) for k in range(1, min(MAX_GOAL_ATTRIBUTES, n) + 1))
+        options = math.prod(len(values) for values in product["customization_options"].values())
+        candidates = len(_bound_candidates(product["price"]))
+        bounds = candidates - 1 if candidates >= 2 else 1  # the larger of two distinct candidates; or no bound
+        total += attributes * options * bounds * len(INSTRUCTION_TEMPLATES)
+    return total
 
 
 def _draw_goals(
