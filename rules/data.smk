@@ -1,8 +1,12 @@
+# A split is built beside the recorded one and takes its place only once complete (prepare_data.py). Its data
+# file is update(): Snakemake neither deletes it before the rule reruns nor after a failed rerun (it restores
+# it), so a config or a source that fails keeps the recorded split; the manifest, which says the split
+# matches the config, is removed, so the next run builds it again.
 rule prepare_data:
     input:
         unpack(level_inputs("train_data")),
     output:
-        train="results/data/{task}/train/train.jsonl",
+        train=update("results/data/{task}/train/train.jsonl"),
         manifest="results/data/{task}/train/manifest.json",
     log:
         "results/logs/prepare_data/{task}.log",
@@ -37,7 +41,7 @@ rule prepare_eval_data:
         unpack(get_eval_data_input),
         unpack(level_inputs("eval_data")),
     output:
-        eval="results/data/{task}/eval/eval.jsonl",
+        eval=update("results/data/{task}/eval/eval.jsonl"),
         manifest="results/data/{task}/eval/manifest.json",
     log:
         "results/logs/prepare_eval_data/{task}.log",

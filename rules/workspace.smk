@@ -1,8 +1,15 @@
 # Only what the agent gets is a parameter here: evaluation settings never rebuild a workspace.
+# A new workspace archives the run's previous attempt: it is built only once everything run_agent needs is
+# there (the held-out split, the baseline, the level's inputs; ancient, as run_agent has them, so that
+# none of them rebuilds a workspace), so a split or a baseline that fails archives nothing.
 rule prepare_workspace:
     input:
+        unpack(level_inputs("agent")),
         train="results/data/{task}/train/train.jsonl",
         model="results/models/{model}",
+        eval=ancient("results/data/{task}/eval/eval.jsonl"),
+        eval_manifest=ancient("results/data/{task}/eval/manifest.json"),
+        baseline=ancient("results/baselines/{task}/{model}.json"),
     output:
         manifest=run_path("workspace.json"),
     log:

@@ -109,6 +109,11 @@ def stop_leftovers(info: dict) -> int:
     return stopped + kill_marked(info["marker"])
 
 
+def attempt_recorded(run_dir: Path) -> bool:
+    """Whether an attempt of this run has started (and is not archived yet)."""
+    return (run_dir / ATTEMPT_FILE).exists()
+
+
 def archive_previous_attempt(run_dir: Path) -> Path | None:
     """Move the last attempt's files to attempts/<k>/ (k = its attempt number); None if there was none."""
     marker_file = run_dir / ATTEMPT_FILE

@@ -7,7 +7,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict
 
-from rlbench.agent_run.attempts import archive_previous_attempt, begin_attempt, previous_attempts
+from rlbench.agent_run.attempts import attempt_recorded, begin_attempt, previous_attempts
 from rlbench.agent_run.environment import (
     PRIVATE_HOME,
     agent_command,
@@ -52,7 +52,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
     guard = grader_settings(spec.grader)
     max_checkpoint_bytes = int(guard["checkpoint_size_factor"] * base_model_bytes(spec.baseline))
     spec.run_dir.mkdir(parents=True, exist_ok=True)
-    if archive_previous_attempt(spec.run_dir) is not None:
+    if attempt_recorded(spec.run_dir):  # an interrupted attempt: archived once a fresh workspace is built
         rebuild_workspace(read_json(spec.run_dir / "workspace.json"))
     grader_dir = spec.run_dir / "grader"
     command = agent_command(spec.agent) if spec.agent.get("kind") != "cli" else []  # cli: planned by its adapter

@@ -1,4 +1,7 @@
-"""Build an agent's workspace: base model and training split read-only, task files, rules."""
+"""Build an agent's workspace: base model and training split read-only, task files, rules.
+
+A workspace is built beside the one it replaces and takes its place only once complete (rlbench.fileio.staging).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,12 @@ import shutil
 import stat
 from pathlib import Path
 
+from rlbench.agent_run.attempts import archive_previous_attempt
 from rlbench.fileio.jsonio import sha256_file
+from rlbench.fileio.staging import building, install
 from rlbench.tasks import Task
+
+WORKSPACE = "workspace"  # a run directory's workspace folder
 
 INSTRUCTIONS = """\
 # Instructions
@@ -120,12 +127,40 @@ def prepare_workspace(
     train_dir: Path,
     mode: str = "free",
 ) -> dict:
-    """Create a fresh workspace; returns a manifest (every file and its sha256)."""
-    if workspace.exists():
-        for path in workspace.rglob("*"):  # read-only files must become writable to be removed
-            if not path.is_symlink():
-                path.chmod(path.stat().st_mode | stat.S_IWUSR)
-        shutil.rmtree(workspace)
+    """A fresh workspace at `workspace`, built beside it and put in its place (whatever was there is
+    removed) only once complete; returns a manifest (every file and its sha256)."""
+    workspace = Path(workspace)
+    with building(workspace) as staging:
+        files = _fill(staging, task, task_settings, model_dir, hf_id, train_dir, mode)
+        install(staging, workspace)
+    return _manifest(workspace, files, task_settings, model_dir, hf_id, train_dir, mode)
+
+
+def replace_workspace(
+    run_dir: Path,
+    task: Task,
+    task_settings: dict,
+    model_dir: Path,
+    hf_id: str,
+    train_dir: Path,
+    mode: str = "free",
+) -> tuple[dict, Path | None]:
+    """A new attempt's workspace for the run in `run_dir`: built beside the run's files first; only once it
+    is complete is the previous attempt archived (attempts/<k>/, rlbench.agent_run.attempts) and the new
+    workspace put in its place. A build that fails leaves the run directory as it was.
+    Returns the manifest and where the previous attempt went (None: there was none)."""
+    workspace = Path(run_dir) / WORKSPACE
+    with building(workspace) as staging:
+        files = _fill(staging, task, task_settings, model_dir, hf_id, train_dir, mode)
+        archived = archive_previous_attempt(Path(run_dir))
+        install(staging, workspace)
+    return _manifest(workspace, files, task_settings, model_dir, hf_id, train_dir, mode), archived
+
+
+def _fill(
+    workspace: Path, task: Task, task_settings: dict, model_dir: Path, hf_id: str, train_dir: Path, mode: str
+) -> dict[str, str]:
+    """Fill an empty directory with a workspace; returns its files and their sha256."""
     for name in ("code", "data", "output"):
         (workspace / name).mkdir(parents=True)
     _readonly_tree(Path(train_dir), workspace / "data")
@@ -137,9 +172,12 @@ def prepare_workspace(
             (workspace / name).write_bytes(source)
         else:
             shutil.copyfile(source, workspace / name)
-    files = {
-        str(p.relative_to(workspace)): sha256_file(p) for p in sorted(workspace.rglob("*")) if p.is_file()
-    }
+    return {str(p.relative_to(workspace)): sha256_file(p) for p in sorted(workspace.rglob("*")) if p.is_file()}
+
+
+def _manifest(
+    workspace: Path, files: dict, task_settings: dict, model_dir: Path, hf_id: str, train_dir: Path, mode: str
+) -> dict:
     return {
         "workspace": str(workspace),
         "model": f"models/{hf_id}",
@@ -156,13 +194,15 @@ def prepare_workspace(
     }
 
 
-def rebuild_workspace(manifest: dict) -> dict:
-    """A fresh copy of the workspace a manifest describes (a new attempt starts clean)."""
+def rebuild_workspace(manifest: dict) -> Path | None:
+    """A new attempt of the run whose workspace a manifest describes: the same workspace, fresh, and the
+    previous attempt archived once it is built (replace_workspace). Returns where that attempt went."""
     from rlbench.tasks import get_task
 
     build = manifest["build"]
-    return prepare_workspace(
-        Path(manifest["workspace"]),
+    workspace = Path(manifest["workspace"])
+    _, archived = replace_workspace(
+        workspace.parent,
         get_task(build["task_settings"]),
         build["task_settings"],
         Path(build["model_dir"]),
@@ -170,3 +210,4 @@ def rebuild_workspace(manifest: dict) -> dict:
         Path(build["train_dir"]),
         mode=build["mode"],
     )
+    return archived
