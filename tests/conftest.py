@@ -23,6 +23,8 @@ from rlbench.agent_run.workspace import prepare_workspace  # noqa: E402
 from support.models import base_resources  # noqa: E402
 from support.needs import required_skip  # noqa: E402
 from support.settings import EVALUATION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC  # noqa: E402,F401
+from support.workflow import default_config as read_default_config  # noqa: E402
+from rlbench.config import Registries  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -199,3 +201,15 @@ def controls_sweep(session_sweep, background_sweeps) -> Path:
 def smollm2_gsm8k_sweep(background_sweeps) -> Path:
     """The slow tier's real small model sweep (support.workflow.smollm2_gsm8k_config)."""
     return background_sweeps["smollm2_gsm8k_sweep"].result()
+
+
+@pytest.fixture(scope="session")
+def registries() -> Registries:
+    """The checkout's task, model and agent registries (config/)."""
+    return Registries.load()
+
+
+@pytest.fixture
+def default_config() -> dict:
+    """The embedded default sweep's config (config/config.yaml), a fresh copy per test."""
+    return read_default_config()

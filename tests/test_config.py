@@ -5,10 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
 from rlbench.config import (
-    CONFIG_DIR,
     ConfigError,
     Registries,
     evaluation_settings,
@@ -16,16 +14,6 @@ from rlbench.config import (
     task_settings,
     validate_config,
 )
-
-
-@pytest.fixture(scope="module")
-def registries() -> Registries:
-    return Registries.load()
-
-
-@pytest.fixture
-def default_config() -> dict:
-    return yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())
 
 
 def test_default_config_is_valid_and_gets_defaults(registries, default_config):

@@ -8,21 +8,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
-from rlbench.config import CONFIG_DIR, ConfigError, Registries, task_settings, validate_config
+from rlbench.config import ConfigError, Registries, task_settings, validate_config
 from rlbench.tasks import get_task, split_size_problems
 from support.workflow import make_workdir, snakemake
-
-
-@pytest.fixture(scope="module")
-def registries() -> Registries:
-    return Registries.load()
-
-
-@pytest.fixture
-def default_config() -> dict:
-    return yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())
 
 
 def one_task(task: str, **overrides) -> dict:

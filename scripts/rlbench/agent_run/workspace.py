@@ -129,11 +129,8 @@ def prepare_workspace(
 ) -> dict:
     """A fresh workspace at `workspace`, built beside it and put in its place (whatever was there is
     removed) only once complete; returns a manifest (every file and its sha256)."""
-    workspace = Path(workspace)
-    with building(workspace) as staging:
-        files = _fill(staging, task, task_settings, model_dir, hf_id, train_dir, mode)
-        install(staging, workspace)
-    return _manifest(workspace, files, task_settings, model_dir, hf_id, train_dir, mode)
+    manifest, _ = _build(Path(workspace), None, task, task_settings, model_dir, hf_id, train_dir, mode)
+    return manifest
 
 
 def replace_workspace(
@@ -149,10 +146,25 @@ def replace_workspace(
     is complete is the previous attempt archived (attempts/<k>/, rlbench.agent_run.attempts) and the new
     workspace put in its place. A build that fails leaves the run directory as it was.
     Returns the manifest and where the previous attempt went (None: there was none)."""
-    workspace = Path(run_dir) / WORKSPACE
+    run_dir = Path(run_dir)
+    return _build(run_dir / WORKSPACE, run_dir, task, task_settings, model_dir, hf_id, train_dir, mode)
+
+
+def _build(
+    workspace: Path,
+    archive: Path | None,
+    task: Task,
+    task_settings: dict,
+    model_dir: Path,
+    hf_id: str,
+    train_dir: Path,
+    mode: str,
+) -> tuple[dict, Path | None]:
+    """Build a workspace beside `workspace`; once complete, archive the previous attempt of the run in
+    `archive` (if given), then put the new workspace in place."""
     with building(workspace) as staging:
         files = _fill(staging, task, task_settings, model_dir, hf_id, train_dir, mode)
-        archived = archive_previous_attempt(Path(run_dir))
+        archived = archive_previous_attempt(archive) if archive is not None else None
         install(staging, workspace)
     return _manifest(workspace, files, task_settings, model_dir, hf_id, train_dir, mode), archived
 
