@@ -17,7 +17,7 @@ from rlbench.analysis.catalogue import FIGURE, ITEMS as REPORT_ITEMS, TABLE
 from rlbench.tasks import split_size_problems
 from rlbench.tasks.base import ensure_salt
 
-# Before any rule runs: the config against the schema and the registries, and every task's split sizes
+# Checked first, before any job starts: the config against the schema and the registries, and every task's split sizes
 # against what its data source can give (a config that cannot work never rewrites a split or archives a run).
 try:
     REGISTRIES = Registries.load(Path(workflow.basedir) / "config")

@@ -183,7 +183,14 @@ def test_interrupted_runner_does_not_wait_for_an_evaluation_in_flight(workspace,
             children = psutil.Process(runner.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return []
-        return [c for c in children if "rlbench.evaluation" in " ".join(c.cmdline())]
+        found = []
+        for child in children:
+            try:  # a short-lived child (the agent's submit script) can be gone or a zombie by now
+                if "rlbench.evaluation" in " ".join(child.cmdline()):
+                    found.append(child)
+            except psutil.Error:
+                continue
+        return found
 
     deadline = time.time() + 120
     while not evaluation_children():
