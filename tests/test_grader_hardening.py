@@ -623,6 +623,7 @@ def test_links_inside_the_workspace_are_refused_not_followed(workspace, start_gr
 
 
 # -- 10. weights killed again and again are the model's failure ---------------------------------------------------
+@pytest.mark.slow  # 15 s: three killed evaluations; one killed evaluation stays in the default tier (above)
 def test_repeatedly_killed_evaluation_becomes_the_models_failure(workspace, start_grader, tiny_model, tmp_path):
     """As an out-of-memory kill: SIGKILL while generating. The held-out split is a FIFO nobody
     writes, so each child blocks in the generating phase until it is killed."""

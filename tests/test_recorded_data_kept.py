@@ -66,6 +66,7 @@ def test_a_failed_held_out_rebuild_keeps_the_recorded_split(tmp_path):
     assert split_files(workdir, "addition-control", "eval") == recorded
 
 
+@pytest.mark.slow  # 7 s; the held-out rebuild above checks the same staging in the default tier
 def test_a_failed_training_rebuild_keeps_the_recorded_split(tmp_path):
     workdir = make_workdir(tmp_path, config_of("humaneval"))
     target = "results/data/humaneval/train/manifest.json"

@@ -340,6 +340,7 @@ def test_html_report_opens_in_chromium_and_shows_the_leaderboard_and_a_figure(sw
         assert page.errors == [], page.errors
 
 
+@pytest.mark.slow  # 15 s; the default tier's rerun checks keep the evaluation-settings and report cases
 def test_deleted_final_json_reruns_only_its_evaluation(changed):
     (changed / Path(*RUN) / "grpo" / "0" / "final.json").unlink()
     assert planned_jobs(changed) == {"evaluate_final": 1, "summarize_run": 1, "aggregate": 1, "report_figures": 1, "all": 1}
