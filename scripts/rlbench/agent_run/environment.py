@@ -29,6 +29,30 @@ HOST_CACHE_VARS = (
     "XDG_CACHE_HOME",
     "XDG_DATA_HOME",
 )
+# What the agent's environment keeps of the host's (host_env_kept): locale, terminal, user names, the GPUs
+# the scheduler gave the job and where CUDA and the certificates live. Nothing that can hold a secret.
+HOST_ENV_KEPT = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TERM",
+    "COLORTERM",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "CUDA_HOME",
+    "LD_LIBRARY_PATH",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+)
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 PRIVATE_HOME = ".home"  # the agent's HOME, inside its workspace
 
@@ -89,10 +113,43 @@ def refuse_provider_key(env: Mapping[str, str], argv: Sequence[str], driver: dic
         raise RuntimeError(f"the adapter would pass the provider key ({key_env}) into the sandbox; refused")
 
 
+def key_variables(spec: RunSpec) -> set[str]:
+    """Every variable the run's config names as holding a key (a driver's key_env; a judge's or a search
+    provider's api_key_var, anywhere in the task's settings): never passed to the agent, whatever names it."""
+    names = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("api_key_var", "key_env") and isinstance(item, str) and item:
+                    names.add(item)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(spec.task_settings)
+    walk(spec.agent.get("driver") or {})
+    return names
+
+
+def host_env_kept(spec: RunSpec, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """What the agent's environment keeps of the host's: an allow-list (HOST_ENV_KEPT; the proxies when the
+    network is the host's) and the variables the agent entry names (pass_env, requires.env), never a
+    variable the config names as a key. Everything else (tokens, cloud credentials, Snakemake's, the host's
+    caches) stays out: a host secret the agent could copy into code/ would end up in the run's record."""
+    names = set(HOST_ENV_KEPT) | set(spec.agent.get("pass_env") or ()) | set((spec.agent.get("requires") or {}).get("env") or ())
+    if spec.network != "isolated":
+        names |= set(PROXY_VARS) | {"NO_PROXY", "no_proxy"}
+    names -= key_variables(spec)
+    return {name: environ[name] for name in sorted(names) if name in environ}
+
+
 def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
-    """The agent's environment: the host's, minus Snakemake's and the host's cache locations, plus the contract."""
+    """The agent's environment: the contract's variables, the agent entry's `env`, and the little of the
+    host's that host_env_kept allows."""
     workspace = spec.workspace.resolve()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE") and k not in HOST_CACHE_VARS}
+    env = host_env_kept(spec)
     env.update(OFFLINE_ENV)
     env.update({k: str(v) for k, v in (spec.agent.get("env") or {}).items()})
     cache = workspace / ".cache"
@@ -116,10 +173,7 @@ def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
         PYTHONUNBUFFERED="1",
     )
     # Loopback never goes through a proxy (the grader, the gateway and bridged ports are all on 127.0.0.1); in an
-    # isolated sandbox no proxy is reachable anyway, so none is passed on.
-    if spec.network == "isolated":
-        for var in PROXY_VARS:
-            env.pop(var, None)
+    # isolated sandbox no proxy is reachable anyway, so none is passed on (host_env_kept).
     local = "127.0.0.1,localhost,::1"
     for var in ("NO_PROXY", "no_proxy"):
         env[var] = ",".join(filter(None, [env.get(var), local]))

@@ -21,7 +21,7 @@ from rlbench.agent_run.environment import (
 from rlbench.agent_run.process_tree import agent_processes, exit_signal, kill_tree, stop_strays
 from rlbench.agent_run.spec import RunRecord, RunSpec
 from rlbench.agent_run.supervision import DiskWatch, StopRequest, supervise
-from rlbench.agent_run.workspace import rebuild_workspace
+from rlbench.agent_run.workspace import rebuild_workspace, unshare_readonly_files
 from rlbench.coding_agents.session import CliSession, scrub_provider_keys
 from rlbench.config import grader_settings
 from rlbench.evaluation.evaluate import base_chat_template, base_model_bytes
@@ -131,6 +131,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                             extra=(spec.agent.get("network") or {}).get("allow_ports", []),
                         ),
                     )
+                    if plan.backend == "none":  # nothing binds models/ and data/ read-only: no links into results/
+                        unshare_readonly_files(spec.workspace)
                     running.enter_context(plan.bridge())  # the network bridge's host side, while the agent runs
                     (spec.workspace / PRIVATE_HOME).mkdir(exist_ok=True)
                     log = running.enter_context(open(stdout_path, "ab"))

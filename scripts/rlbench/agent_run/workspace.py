@@ -110,6 +110,27 @@ def _readonly_tree(source: Path, dest: Path) -> list[str]:
     return placed
 
 
+def unshare_readonly_files(workspace: Path) -> int:
+    """Give the workspace its own copy of every read-only part it shares with the results tree (the base
+    model and the training split are hard links to results/models/ and results/data/); returns how many.
+
+    For an unsandboxed run (sandbox.backend none, or auto without bubblewrap): outside the sandbox nothing
+    binds those parts read-only, and an agent running as root (or one that chmods them) would write through
+    the link into every run's base model and the baseline's. Inside the sandbox they stay links."""
+    copied = 0
+    for part in ("data", "models"):
+        for path in sorted((Path(workspace) / part).rglob("*")):
+            info = path.lstat()
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+                continue
+            private = path.with_name(f".{path.name}.private")
+            shutil.copyfile(path, private)
+            private.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            os.replace(private, path)
+            copied += 1
+    return copied
+
+
 MODE_RULES = {
     "free": "",
     "sft-only": "\n## Mode: SFT only\n\nUse supervised fine-tuning only (no RL, no preference optimisation).\n",
