@@ -445,3 +445,66 @@ def test_host_unix_sockets_under_run_are_hidden_from_an_isolated_agent(tmp_path,
         server.close()
         path.unlink(missing_ok=True)
         directory.rmdir()
+
+
+def test_host_bridge_caps_open_connections_and_the_threads_they_cost(tmp_path):
+    """2,000 idle connections (issue 26, item 4: 1,500 of them cost the runner 3,007 threads and 4,515
+    descriptors): past the cap each is closed at once, the runner's threads stay bounded, and a connection
+    closed by the agent frees its place."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 5000:
+        pytest.skip(f"2,000 connections need more descriptors than the hard limit ({hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)) if hard != resource.RLIM_INFINITY else 8192, hard))
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held = []
+
+    def accept_all() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:  # the server closed at the end of the test
+                return
+
+    threading.Thread(target=accept_all, daemon=True).start()
+    cap = 64
+    threads_before = threading.active_count()
+    clients = []
+    try:
+        with HostBridge(tmp_path / "net", [port], max_connections=cap) as bridge:
+            for _ in range(2000):
+                sock = socket.socket(socket.AF_UNIX)
+                sock.connect(str(tmp_path / "net" / f"{port}.sock"))
+                clients.append(sock)
+            deadline = time.time() + 60
+            while bridge.connections + bridge.refused < 2000 and time.time() < deadline:
+                time.sleep(0.1)
+            assert (bridge.connections, bridge.refused) == (cap, 2000 - cap)
+            assert threading.active_count() - threads_before <= 2 * cap + 2, threading.active_count()
+            # The refused ones see their connection closed; the relayed ones stay open.
+            clients[-1].settimeout(10)
+            assert clients[-1].recv(1) == b""
+            clients[0].settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                clients[0].recv(1)
+            # Connections that end (both sides closed) free their places.
+            for sock in clients + held:
+                sock.close()
+            clients, held[:] = [], []
+            deadline = time.time() + 20
+            while bridge._live and time.time() < deadline:
+                time.sleep(0.05)
+            assert not bridge._live
+            late = socket.socket(socket.AF_UNIX)
+            late.connect(str(tmp_path / "net" / f"{port}.sock"))
+            clients.append(late)
+            deadline = time.time() + 10
+            while bridge.connections < cap + 1 and time.time() < deadline:
+                time.sleep(0.05)
+            assert bridge.connections == cap + 1 and bridge.refused == 2000 - cap
+    finally:
+        for sock in clients + held:
+            sock.close()
+        server.close()

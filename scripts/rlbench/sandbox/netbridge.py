@@ -45,6 +45,10 @@ from pathlib import Path
 
 BUFFER_BYTES = 1 << 18
 BACKLOG = 128
+# The most connections the host side relays at once, all ports together (each costs the runner two threads and
+# three descriptors): past it a new one is closed at once, so an agent opening thousands of idle connections
+# costs the runner a bounded number of threads, not one pair each.
+MAX_CONNECTIONS = 256
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, the terminating NUL included
 FORWARDER_FAILED = 70  # exit status when the forwarder cannot start (EX_SOFTWARE)
 SCRIPT_NAME = "netbridge.py"  # this script's copy in the socket directory, run inside the sandbox
@@ -157,12 +161,22 @@ class HostBridge:
     the directory are removed.
     """
 
-    def __init__(self, socket_dir: Path, ports: Iterable[int], host: str = "127.0.0.1", connect_timeout_s: float = 10):
+    def __init__(
+        self,
+        socket_dir: Path,
+        ports: Iterable[int],
+        host: str = "127.0.0.1",
+        connect_timeout_s: float = 10,
+        max_connections: int = MAX_CONNECTIONS,
+    ):
         self.socket_dir = Path(socket_dir)
         self.ports = list(dict.fromkeys(int(p) for p in ports))
         self.host = host
         self.connect_timeout_s = connect_timeout_s
+        self.max_connections = max_connections
         self.connections = 0  # accepted so far, all ports together
+        self.refused = 0  # closed at once: max_connections were open
+        self._connecting = 0  # accepted, their upstream connection not made yet
         self._listeners: dict[socket.socket, int] = {}
         self._live: set[_Relay] = set()
         self._lock = threading.Lock()
@@ -211,6 +225,14 @@ class HostBridge:
                         conn, _ = key.fileobj.accept()
                     except OSError:
                         continue
+                    with self._lock:
+                        full = len(self._live) + self._connecting >= self.max_connections
+                        if not full:
+                            self._connecting += 1
+                    if full:
+                        self.refused += 1
+                        conn.close()  # the agent's side sees its connection closed
+                        continue
                     self.connections += 1
                     port = self._listeners[key.fileobj]
                     threading.Thread(
@@ -219,12 +241,17 @@ class HostBridge:
 
     def _connect(self, conn: socket.socket, port: int) -> None:
         try:
-            upstream = socket.create_connection((self.host, port), timeout=self.connect_timeout_s)
-        except OSError:
-            conn.close()  # the agent's side sees its connection closed
-            return
-        _nodelay(upstream)
-        _Relay(conn, upstream, self._live, self._lock).start()
+            try:
+                upstream = socket.create_connection((self.host, port), timeout=self.connect_timeout_s)
+            except OSError:
+                conn.close()  # the agent's side sees its connection closed
+                return
+            _nodelay(upstream)
+            relay = _Relay(conn, upstream, self._live, self._lock)  # counted live from here on
+        finally:
+            with self._lock:
+                self._connecting -= 1
+        relay.start()
 
     def _close_listeners(self) -> None:
         for listener, port in self._listeners.items():
