@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from contextlib import ExitStack
@@ -32,6 +33,7 @@ from rlbench.recording.ledger import is_scored
 from rlbench.recording.provenance import provenance
 from rlbench.recording.trace import ResourceSampler, tree_of
 from rlbench.sandbox import bubblewrap as sandbox
+from rlbench.sandbox.limits import AgentCgroup, limit_settings
 
 
 def run_agent(spec: RunSpec) -> RunRecord:
@@ -87,7 +89,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
         )
     )
     grader.warm_up()  # the evaluation worker imports torch while the agent starts
-    exit_code, timed_out, error, status, strays = None, False, None, "error", 0
+    exit_code, timed_out, error, status, strays, limits = None, False, None, "error", 0, None
     plan = sandbox.SandboxPlan("none", command, "not started")
     cli = None
     if spec.agent.get("kind") == "cli":  # a coding-agent tool driven by an LLM through the run's gateway
@@ -104,6 +106,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             status = "interrupted"
         else:
             proc = None
+            # The agent's memory and process limits (a cgroup of its own) and its OOM score, above the grader's.
+            cgroup = AgentCgroup(f"rlbench-agent-{os.getpid()}", **limit_settings(spec.agent.get("limits"))).__enter__()
             try:
                 with ExitStack() as running:
                     env = scrub_provider_keys(agent_env(spec, server.url, marker), spec.agent.get("driver"))
@@ -138,7 +142,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                     log = running.enter_context(open(stdout_path, "ab"))
                     err = running.enter_context(open(stderr_path, "ab")) if stderr_path else subprocess.STDOUT
                     proc = subprocess.Popen(
-                        plan.argv,
+                        cgroup.wrap(plan.argv),
                         cwd=spec.workspace,
                         env=env,
                         stdin=subprocess.DEVNULL,
@@ -188,6 +192,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                 if proc is not None and proc.poll() is None:  # an unexpected exception left it running
                     kill_tree(proc, spec.kill_grace_s, marker, plan.backend == "bubblewrap")
                 strays = stop_strays(marker, plan.backend == "bubblewrap")
+                limits = cgroup.record()
+                cgroup.__exit__(None, None, None)
         if status == "interrupted":  # nobody waits for the answers of evaluations still in flight
             server.drain_timeout_s = spec.kill_grace_s
     end = time.time()
@@ -219,6 +225,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
         agent_kind=spec.agent.get("kind", "script"),
         stopped_by=stopped_by,
         network=plan.network,
+        limits=limits,
     )
     if cli is not None:
         record.llm = cli.record()

@@ -85,3 +85,6 @@ class RunRecord:
     # What the agent could reach: {"isolated": bool, "reachable": ["127.0.0.1:<port> (grader)", ...] or ["*"] when
     # it shared the host's network, "note": str}.
     network: dict = field(default_factory=dict)
+    # The agent's memory and process limits: {"memory_bytes", "processes", "enforced_by": "cgroup v2" | "cgroup v1"
+    # | null, "oom_kills": processes the kernel killed at the memory limit, "note": why nothing enforced them}.
+    limits: dict | None = None
