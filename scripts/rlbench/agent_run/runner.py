@@ -128,6 +128,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                         backend=spec.sandbox_backend,
                         visible=visible,
                         masked=masked_paths(spec.masked_paths),
+                        identity_dir=spec.run_dir / "sandbox-etc",  # the synthetic /etc/passwd and /etc/group
                         network=sandbox.network_policy(
                             spec.network,
                             spec.run_dir / "net",

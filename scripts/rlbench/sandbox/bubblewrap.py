@@ -2,9 +2,11 @@
 
 What the agent sees inside the sandbox (built by `plan`, in this order; a later mount covers an earlier one):
 
-1. the host's root file system, read-only, with a minimal /dev (plus the GPU device nodes), a fresh /proc
-   and a private, empty /tmp;
-2. `masked` paths replaced by empty tmpfs: the runner passes the repository (its `.snakemake/` metadata,
+1. an empty root holding only the allow-list, read-only (root_binds: /usr and the top-level links into it, /sys,
+   the files of /etc programs need; never /etc/shadow, /etc/ssh, /home, /root, /run, /srv or /var), a minimal
+   /dev (plus the GPU device nodes), a fresh /proc and a private, empty /tmp; where user namespaces work the agent
+   runs as uid AGENT_UID, named in a synthetic /etc/passwd and /etc/group (write_identity);
+2. `masked` paths replaced by empty tmpfs (where they lie inside what is shown): the runner passes the repository (its `.snakemake/` metadata,
    `config/`, the tasks' private code that generates held-out splits), the host's home and every cache
    location that can hold held-out data (Hugging Face, torch, XDG caches); the agent never sees them;
 3. `visible` paths bound back read-only on top: what the agent's command needs, i.e. the interpreter
@@ -31,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,45 @@ BACKENDS = ("auto", "bubblewrap", "none")
 # Directories the interpreter and every tool need (libraries, loader cache, users, devices): a path equal to one
 # of them or above one is never masked, whatever the environment says (HOME=/ on some service accounts).
 SYSTEM_DIRS = tuple("/ /bin /sbin /lib /lib32 /lib64 /libx32 /usr /etc /dev /proc /sys /run /opt /var /tmp".split())
+# The sandbox's root is built from an allow-list (it starts empty): the system's programs and libraries, read-only,
+# symbolic links kept as links (/bin -> usr/bin); /sys for the GPU stack; from /etc only what programs need to run
+# (the loader, certificates, locale and time zone, name resolution), never shadow, ssh, sudoers or the host's users.
+ROOT_ALLOWED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+ETC_ALLOWED = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "crypto-policies",
+    "resolv.conf",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.gen",
+    "default/locale",
+    "mime.types",
+    "os-release",
+    "lsb-release",
+    "debian_version",
+    "bash.bashrc",
+    "profile",
+    "inputrc",
+    "terminfo",
+    "magic",
+    "gitconfig",
+    "fonts",
+)
+# The agent's identity inside: an unprivileged uid and gid (a user namespace maps them to the runner's), named in a
+# synthetic /etc/passwd and /etc/group.
+AGENT_UID = AGENT_GID = 1000
+AGENT_USER = "agent"
 NETWORK_MODES = ("isolated", "host")
 # Inside the sandbox the forwarder runs without capabilities: it cannot listen below this port.
 MIN_BRIDGED_PORT = 1024
@@ -133,30 +173,47 @@ def network_namespace_available() -> tuple[bool, str]:
     return True, "network namespaces work"
 
 
-def host_sockets(root: str = "/run", max_depth: int = 4, limit: int = 500) -> list[Path]:
-    """Unix sockets under root (depth and count bounded; links not followed), which an isolated sandbox hides.
-    The NVIDIA persistence daemon's socket is left alone (CUDA may use it)."""
-    found: list[Path] = []
+def user_namespace_available() -> tuple[bool, str]:
+    """Whether bwrap can run the agent as AGENT_UID in a user namespace of its own here."""
+    probe = subprocess.run(
+        [shutil.which("bwrap"), "--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_GID), "--ro-bind", "/", "/",
+         "--proc", "/proc", "true"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return False, f"bwrap cannot create a user namespace here: {probe.stderr.strip()[:200]}"
+    return True, "user namespaces work"
 
-    def walk(directory: str, depth: int) -> None:
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            return
-        for entry in entries:
-            if len(found) >= limit:
-                return
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if depth < max_depth:
-                        walk(entry.path, depth + 1)
-                elif stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode) and "nvidia" not in entry.path:
-                    found.append(Path(entry.path))
-            except OSError:
-                continue
 
-    walk(root, 1)
-    return found
+def root_binds() -> list[str]:
+    """bwrap arguments that build the sandbox's root from ROOT_ALLOWED and ETC_ALLOWED (read-only; a top-level
+    symbolic link such as /lib -> usr/lib is recreated as the same link)."""
+    args: list[str] = []
+    for name in ROOT_ALLOWED:
+        path = Path(name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            args += ["--ro-bind", name, name]
+    for name in ETC_ALLOWED:
+        path = Path("/etc") / name
+        if path.exists():  # a link is bound as what it points to (resolv.conf -> /run/...)
+            args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
+def write_identity(directory: Path, home: Path) -> tuple[Path, Path]:
+    """A synthetic passwd and group naming only the agent (and root, which nothing inside runs as)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    passwd, group = directory / "passwd", directory / "group"
+    passwd.write_text(
+        f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+        f"{AGENT_USER}:x:{AGENT_UID}:{AGENT_GID}:agent:{home}:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    group.write_text(f"root:x:0:\n{AGENT_USER}:x:{AGENT_GID}:\nnogroup:x:65534:\n")
+    return passwd, group
 
 
 def _within(path: Path, other: Path) -> bool:
@@ -207,6 +264,7 @@ def plan(
     masked: Sequence[Path] = (),
     network: NetworkPolicy | None = None,
     python: str = sys.executable,
+    identity_dir: Path | None = None,
 ) -> SandboxPlan:
     """The command line that runs argv sandboxed (or plainly, with the reason, when impossible).
 
@@ -247,7 +305,14 @@ def plan(
     workspace = workspace.resolve()
     shown = _existing(visible)
     masks_before, masks_after, refused = split_masks(masked, shown)
-    wrapped = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # An empty root with only the allow-listed system parts (root_binds), a minimal /dev and a fresh /proc.
+    wrapped = [shutil.which("bwrap"), *root_binds(), "--dev", "/dev", "--proc", "/proc"]
+    as_user, user_refused = user_namespace_available()
+    if as_user:  # an unprivileged uid inside: owner-only files of other users stay closed to it
+        wrapped += ["--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_GID)]
+        if identity_dir is not None:
+            passwd, group = write_identity(identity_dir, workspace / ".home")
+            wrapped += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
     # --dev gives a minimal /dev: pass the GPU device nodes through so CUDA works inside.
     for device in sorted(Path("/dev").glob("nvidia*")) + sorted(Path("/dev/dri").glob("*")):
         wrapped += ["--dev-bind", str(device), str(device)]
@@ -271,18 +336,16 @@ def plan(
         # masks (the run's directory sits in the hidden results), read-only: connecting to a socket does not write
         # to its file system.
         wrapped += ["--unshare-net", "--ro-bind", str(network.socket_dir), str(network.socket_dir)]
-        # A network namespace does not cover Unix sockets on the file system: the host's daemons (D-Bus, a
-        # database, docker.sock) would stay reachable through /run. Each is replaced by /dev/null.
-        sockets = host_sockets()
-        for path in sockets:
-            wrapped += ["--ro-bind", "/dev/null", str(path)]
+        # A network namespace does not cover Unix sockets on the file system; the allow-listed root holds none of
+        # the host's socket directories (/run, /var/run, /srv, /tmp, homes), so no host daemon is reachable.
         script = network.socket_dir / SCRIPT_NAME
         bridge = [python, "-I", "-S", str(script), "inside", "--socket-dir", str(network.socket_dir)]
         for port in network.ports:
             bridge += ["--port", str(port)]
         argv = [*bridge, "--", *argv]
     wrapped += ["--chdir", str(workspace), "--"]
-    note = "bubblewrap: workspace writable; repository, home, caches and results hidden"
+    note = "bubblewrap: allow-listed root (system directories, interpreter, tools), workspace writable"
+    note += f"; uid {AGENT_UID}" if as_user else f"; agent runs as the runner's uid ({user_refused})"
     if refused:
         note += "; not masked: " + ", ".join(refused)
     if network is not None:
@@ -294,8 +357,6 @@ def plan(
             + (", ".join(reachable) or "none"),
         }
         note += "; network isolated: only " + (", ".join(reachable) or "its own loopback")
-        if sockets:
-            net["note"] += f"; {len(sockets)} host Unix socket(s) under /run hidden"
     elif network_refused:
         net = shared_network(f"NOT ISOLATED: {network_refused}")
         note += f"; NETWORK NOT ISOLATED: {network_refused}"
