@@ -95,3 +95,23 @@ def test_a_fork_bomb_runs_out_of_process_slots_and_the_grader_goes_on_scoring(wo
     assert record.limits["enforced_by"] in ("cgroup v1", "cgroup v2") and record.limits["processes"] == 64
     assert (workspace / "code" / "submitted.txt").read_text().strip() == "200"
     assert record.valid_submissions == 1
+
+
+@needs_cgroups
+@pytest.mark.sandbox
+@pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap cannot run here: {BWRAP_WHY}")
+def test_the_sandbox_tmpfs_counts_against_the_memory_limit(workspace, tiny_model, gsm8k_data):
+    """The sandbox's /tmp (and its masks) are RAM-backed: without a bound, four of them took 47 GiB on a 23 GiB
+    host. Their pages are charged to the agent's cgroup, so memory_bytes bounds them too."""
+    fill = (
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=1024 2>/dev/null; echo $? > code/dd_status.txt; "
+        "(du -m /tmp/fill 2>/dev/null || echo '0 none') | cut -f1 > code/filled_mb.txt; rm -f /tmp/fill"
+    )
+    record = run(workspace, tiny_model, gsm8k_data, "bubblewrap", fill, {"memory_bytes": 256 << 20})
+    # The kernel kills one of the agent's processes at the limit (its shell, often: tmpfs pages belong to none);
+    # either way the file never grows past the limit.
+    assert record.limits["oom_kills"] >= 1, record.limits
+    if record.status != "completed":  # the agent's own shell was the one killed: the run says why it ended
+        assert record.status == "stopped" and record.stopped_by["kind"] == "memory_limit", record.stopped_by
+    filled = (workspace / "code" / "filled_mb.txt")
+    assert not filled.exists() or int(filled.read_text().split()[0]) < 300

@@ -195,6 +195,13 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                 strays = stop_strays(marker, plan.backend == "bubblewrap")
                 limits = cgroup.record()
                 cgroup.__exit__(None, None, None)
+                if limits["oom_kills"] and status == "failed" and stopped_by is None:  # the kernel ended it
+                    detail = (
+                        f"the kernel killed {limits['oom_kills']} agent process(es) at its memory limit "
+                        f"(limits.memory_bytes {limits['memory_bytes']})"
+                    )
+                    stopped_by, error = {"kind": "memory_limit", "detail": detail}, f"the run was stopped: {detail}"
+                    status = "stopped"
         if status == "interrupted":  # nobody waits for the answers of evaluations still in flight
             server.drain_timeout_s = spec.kill_grace_s
     end = time.time()
