@@ -11,18 +11,9 @@ from __future__ import annotations
 import pytest
 
 from rlbench.agent_run.runner import run_agent
-from rlbench.sandbox.bubblewrap import bubblewrap_available
 from rlbench.sandbox.limits import AgentCgroup
-from support.runs import spec_for
+from support.runs import BACKENDS, BWRAP_OK, BWRAP_WHY, spec_for
 
-BWRAP_OK, BWRAP_WHY = bubblewrap_available()
-BACKENDS = [
-    "none",
-    pytest.param(
-        "bubblewrap",
-        marks=[pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap cannot run here: {BWRAP_WHY}"), pytest.mark.sandbox],
-    ),
-]
 SUBMIT = (
     'cp -r "$MODEL_PATH" output/v1 && '
     "python3 -c \"import json,os,urllib.request as u; print(u.urlopen(u.Request(os.environ['GRADING_SERVER_URL']+'/submit', "

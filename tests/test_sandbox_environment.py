@@ -12,17 +12,8 @@ import pytest
 from rlbench.agent_run.environment import HOST_ENV_KEPT, agent_env, key_variables
 from rlbench.agent_run.runner import run_agent
 from rlbench.config import task_settings
-from rlbench.sandbox.bubblewrap import bubblewrap_available
-from support.runs import spec_for
+from support.runs import BACKENDS, spec_for
 
-BWRAP_OK, BWRAP_WHY = bubblewrap_available()
-BACKENDS = [
-    "none",
-    pytest.param(
-        "bubblewrap",
-        marks=[pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap cannot run here: {BWRAP_WHY}"), pytest.mark.sandbox],
-    ),
-]
 # Host secrets of every kind: a forge token, cloud credentials, a tracker key, the Hugging Face token, the
 # DeepSearchQA search key, a judge's key under a custom name, and a variable no list knows.
 CANARIES = {

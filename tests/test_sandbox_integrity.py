@@ -24,12 +24,9 @@ from rlbench.agent_run.attempts import kill_marked, marked_processes
 from rlbench.fileio.jsonio import read_json
 from rlbench.agent_run.runner import run_agent
 from rlbench.paths import REPO_ROOT
-from rlbench.sandbox.bubblewrap import bubblewrap_available, split_masks
-from support.runs import spec_for
+from rlbench.sandbox.bubblewrap import split_masks
+from support.runs import BACKENDS, needs_bwrap, spec_for
 
-BWRAP_OK, BWRAP_WHY = bubblewrap_available()
-needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap cannot run here: {BWRAP_WHY}")
-BACKENDS = ["none", pytest.param("bubblewrap", marks=[needs_bwrap, pytest.mark.sandbox])]
 CANARY = "held-out-canary-4711"
 
 

@@ -9,12 +9,10 @@ directory.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -131,7 +129,7 @@ def test_no_host_unix_socket_answers_the_agent(workspace, tiny_model, gsm8k_data
     )
     command = ["python3", "-c", probe, str(deep), str(at_srv), str(late)]
     try:
-        record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", f'"$@" > code/probe.txt 2>&1', "agent", *command], sandbox_backend="bubblewrap"))
+        record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", '"$@" > code/probe.txt 2>&1', "agent", *command], sandbox_backend="bubblewrap"))
     finally:
         timer.cancel()
         timer.join()

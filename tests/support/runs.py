@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rlbench.agent_run.spec import RunSpec
+from rlbench.sandbox.bubblewrap import bubblewrap_available
 
 from support.models import baseline_record
 from support.settings import EVALUATION, GSM8K_SETTINGS
+
+BWRAP_OK, BWRAP_WHY = bubblewrap_available()
+needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"bubblewrap cannot run here: {BWRAP_WHY}")
+# A run test's sandbox backends: none, and bubblewrap where it can run (marked `sandbox`).
+BACKENDS = ["none", pytest.param("bubblewrap", marks=[needs_bwrap, pytest.mark.sandbox])]
 
 
 def spec_for(workspace: Path, tiny_model: Path, gsm8k_data, command: list[str] | None = None, *,
