@@ -56,6 +56,10 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     if attempt_recorded(spec.run_dir):  # an interrupted attempt: archived once a fresh workspace is built
         rebuild_workspace(read_json(spec.run_dir / "workspace.json"))
+    # Unsandboxed, nothing binds models/ and data/ read-only: they become private copies, not links into results/
+    # (before the clock starts: copying a large model is not the agent's time).
+    if spec.sandbox_backend == "none" or not sandbox.bubblewrap_available()[0]:
+        unshare_readonly_files(spec.workspace)
     grader_dir = spec.run_dir / "grader"
     command = agent_command(spec.agent) if spec.agent.get("kind") != "cli" else []  # cli: planned by its adapter
     marker = new_secret()
@@ -136,8 +140,6 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                             extra=(spec.agent.get("network") or {}).get("allow_ports", []),
                         ),
                     )
-                    if plan.backend == "none":  # nothing binds models/ and data/ read-only: no links into results/
-                        unshare_readonly_files(spec.workspace)
                     running.enter_context(plan.bridge())  # the network bridge's host side, while the agent runs
                     (spec.workspace / PRIVATE_HOME).mkdir(exist_ok=True)
                     log = running.enter_context(open(stdout_path, "ab"))
