@@ -311,7 +311,8 @@ def plan(
     if as_user:  # an unprivileged uid inside: owner-only files of other users stay closed to it
         wrapped += ["--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_GID)]
         if identity_dir is not None:
-            passwd, group = write_identity(identity_dir, workspace / ".home")
+            # Absolute: bwrap runs in the workspace, and the run directory may be given relative (Snakemake's).
+            passwd, group = write_identity(Path(identity_dir).resolve(), workspace / ".home")
             wrapped += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
     # --dev gives a minimal /dev: pass the GPU device nodes through so CUDA works inside.
     for device in sorted(Path("/dev").glob("nvidia*")) + sorted(Path("/dev/dri").glob("*")):
