@@ -4,7 +4,7 @@ The agent's processes go into a cgroup of their own, made under the runner's (cg
 pids controllers can be delegated there, else cgroup v1's memory and pids hierarchies), with memory and process
 limits: a memory hog is killed by the kernel inside that cgroup, never the grader or its evaluation worker, and a
 fork bomb runs out of process slots. Where no cgroup can be made (no permission, no controllers) the limits are not
-enforced and `enforced` says why (recorded in run.json). Either way every agent process gets oom_score_adj 1000,
+enforced and record() says why (run.json's `limits`: `enforced_by` null and a `note`). Either way every agent process gets oom_score_adj 1000,
 so that, at the machine's limit, the OOM killer picks the agent before the grader (0).
 
 The agent enters its cgroup before it runs anything: its command starts under LAUNCHER, which writes its own
