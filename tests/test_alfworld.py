@@ -200,12 +200,20 @@ def test_heldout_games_never_reach_a_workspace_or_the_agents_environment(splits,
     assert not _hashes(splits["eval"] / "games") & _hashes(workspace)
     assert not any("eval" in name for name in manifest["files"])
     assert (workspace / "task.py").read_bytes() == Path(public.__file__).read_bytes()
-    assert (workspace / public.PROMPTS_FILE).is_file() and "ALFWorld" in (workspace / "description.md").read_text()
+    # The grader's few-shot examples stay with the grader, as in the reference (RD-Agent 81649dd).
+    assert not (workspace / public.PROMPTS_FILE).exists() and "ALFWorld" in (workspace / "description.md").read_text()
     # The agent's environment: the workspace's own task.py and pool, over the workspace's games.
     spec = importlib.util.spec_from_file_location("workspace_task", workspace / "task.py")
     agent_task = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(agent_task)
     rows = list(read_jsonl(workspace / "data" / "train.jsonl"))
+    with pytest.raises(FileNotFoundError, match="the workspace does not get it"):
+        agent_task.episode_start(rows[0]["task_type"], rows[0]["initial_observation"])
+    examples = agent_task.expert_examples(rows)
+    prompt = agent_task.episode_start(rows[0]["task_type"], rows[0]["initial_observation"], examples=examples)
+    key = public.prompt_key(rows[0]["task_type"])
+    assert prompt.startswith("Interact with a household to solve a task. Here are two examples.\n" + examples[f"react_{key}_1"])
+    assert prompt.endswith("\nHere is the task.\n" + rows[0]["initial_observation"] + "\n>")
     games = {row["id"]: workspace / "data" / row["game"] for row in rows}
     assert not _problems(workspace / "data") & heldout_problems and len(_problems(workspace / "data")) == 6
     with agent_task.EnvPool(workers=2) as pool:
@@ -238,3 +246,29 @@ def test_hub_source_reads_a_local_copy_of_the_official_layout(splits, tmp_path):
     missing = settings(source="hub", hub={"path": str(tmp_path / "nowhere")})
     with pytest.raises(FileNotFoundError, match="alfworld-download"):
         task.build_games(missing, "train", tmp_path / "x")
+
+
+def test_expert_example_is_in_react_prompts_layout():
+    """An expert trajectory rendered as a few-shot example reads like ReAct's own examples
+    (react_prompts.json): the first observation, then "> action\nobservation\n" per step, a
+    thought answered "OK."."""
+    first = "You are in the middle of a room. Looking quickly around you, you see a desk 1.\nYour task is to: put a pen in desk."
+    row = {
+        "task_type": "pick_and_place_simple",
+        "initial_observation": first,
+        "expert": [
+            {"action": "think: find the pen", "observation": "ignored"},
+            {"action": "go to desk 1 ", "observation": "You arrive at loc 3. On the desk 1, you see a pen 1."},
+            {"action": "move pen 1 to desk 1", "observation": "You move the pen 1 to the desk 1."},
+        ],
+    }
+    expected = (
+        first + "\n> think: find the pen\nOK.\n> go to desk 1\nOn the desk 1, you see a pen 1.\n"
+        "> move pen 1 to desk 1\nYou move the pen 1 to the desk 1.\n"
+    )
+    assert public.expert_example(row) == expected
+    react = public.react_prompts()["react_put_1"]  # the same layout as ReAct's
+    assert react.split("\n> ", 1)[0].startswith("You are in the middle of a room") and react.endswith(".\n")
+    examples = public.expert_examples([row, {**row, "task_type": "look_at_obj_in_light"}])
+    assert examples["react_put_0"] == examples["react_put_1"] == expected and set(examples) == {
+        "react_put_0", "react_put_1", "react_examine_0", "react_examine_1"}

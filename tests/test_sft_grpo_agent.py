@@ -2,8 +2,8 @@
 with online rollouts in live games, on the tiny model, against a fake grading server.
 
 Real games come from the offline generator (rlbench.tasks.alfworld.generate); the workspace is
-built by hand the way the ALFWorld task lays it out (task.py, react_prompts.json,
-data/train.jsonl, data/games/...)."""
+built by hand the way the ALFWorld task lays it out (task.py, data/train.jsonl, data/games/...;
+no react_prompts.json, as the reference: the agent writes its few-shot examples itself)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,11 @@ def games(tmp_path_factory) -> Path:
 
 
 def build_workspace(root: Path, games: Path) -> Path:
-    """task.py, react_prompts.json, data/train.jsonl and data/games/ as the ALFWorld task writes them."""
+    """task.py, data/train.jsonl and data/games/ as the ALFWorld task writes them."""
     ws = root / "workspace"
     for name in ("code", "data", "output"):
         (ws / name).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ALFWORLD / "public.py", ws / "task.py")
-    shutil.copyfile(ALFWORLD / "data" / "react_prompts.json", ws / "react_prompts.json")
     manifest = json.loads((games / "manifest.json").read_text())
     rows = []
     for record in manifest["games"]:
@@ -134,11 +133,16 @@ def test_expert_examples_follow_the_protocol(agent, tiny_model):
     task = module.load_task()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     encoder = module.Encoder(tokenizer)
-    row = module.load_rows()[0]
+    rows = module.load_rows()
+    row = rows[0]
+    # The grader's examples are not in the workspace: the agent writes its own from the experts.
+    module.FEW_SHOT.clear()
+    module.FEW_SHOT.update(module.few_shot_examples(task, rows))
+    assert module.FEW_SHOT["react_put_0"] == task.expert_example(row)
     example, kept, total = module.expert_example(task, encoder, row, 100_000)
     assert kept == total == row["expert_steps"]
     # The sequence is the grader's prompt text after the last expert action, token for token.
-    text = task.episode_start(row["task_type"], row["initial_observation"])
+    text = task.episode_start(row["task_type"], row["initial_observation"], examples=module.FEW_SHOT)
     for i, step in enumerate(row["expert"]):
         if i:
             previous = row["expert"][i - 1]
@@ -152,7 +156,7 @@ def test_expert_examples_follow_the_protocol(agent, tiny_model):
     trained = tokenizer.decode([t for t in example["labels"] if t != -100])
     assert trained == "".join(f" {step['action']}\n" for step in row["expert"])
     # Too long: the steps that fit are kept, the example ends on an action.
-    prompt_len = len(encoder.prompt(task.episode_start(row["task_type"], row["initial_observation"])))
+    prompt_len = len(encoder.prompt(task.episode_start(row["task_type"], row["initial_observation"], examples=module.FEW_SHOT)))
     short, kept, _ = module.expert_example(task, encoder, row, prompt_len + 30)
     assert 0 < kept < total and len(short["input_ids"]) <= prompt_len + 30 and short["labels"][-1] != -100
     assert module.expert_example(task, encoder, row, prompt_len + 1)[0] is None

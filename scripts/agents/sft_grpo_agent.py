@@ -6,10 +6,12 @@ rollouts and the environment's reward). Everything follows the workspace's task.
 the model trains on exactly the text the grader shows it:
 
 * Episode text. An episode is one token sequence: prompt = tokens of task.episode_start(task type,
-  first observation); then, for every step, the tokens of " {action}\\n" (the model's part, loss
+  first observation, examples) with few-shot examples written from the training games' expert
+  trajectories (the grader's ReAct examples are not in the workspace, as in the reference; the
+  layout is the grader's, the examples differ); then, for every step, the tokens of " {action}\\n" (the model's part, loss
   mask 1) and of "{observation}\\n>" (the game's part, mask 0), with
   " {action}\\n{observation}\\n>" == task.history_entry(action, task.step_observation(...)). The
-  context of step t is therefore the grader's prompt at step t (checked token by token on the
+  context of step t is therefore the grader's prompt at step t up to the examples (checked token by token on the
   first episodes: `context_mismatches` in the log), and one causal forward pass over the sequence
   scores every step of the episode at once.
 * SFT warm-up (TRL SFTTrainer): one pre-tokenised example per training game, its expert trajectory
@@ -135,6 +137,32 @@ class Encoder:
         return self.piece(f"{observation}\n>")
 
 
+#: The few-shot examples every episode prompt begins with. The grader's (ReAct's) are not in the
+#: workspace, as in the reference harness: the agent writes its own, in the same layout, from its
+#: training games' expert trajectories (task.expert_examples), written once.
+FEW_SHOT: dict = {}
+
+
+def few_shot_examples(task, rows: list[dict]) -> dict:
+    """task.expert_examples of the training rows; a task type without an expert trajectory
+    borrows another type's examples, so every type has a prompt."""
+    examples = task.expert_examples(rows)
+    if not examples:
+        raise SystemExit("no training row has an expert trajectory to write few-shot examples from")
+    fallback = sorted(examples)
+    for key in set(task.TASK_PREFIXES.values()):
+        for n in (0, 1):
+            examples.setdefault(f"react_{key}_{n}", examples[fallback[n % len(fallback)]])
+    return examples
+
+
+def episode_start(task, task_type: str, observation: str) -> str:
+    """task.episode_start with the agent's few-shot examples (written on first use)."""
+    if not FEW_SHOT:
+        FEW_SHOT.update(few_shot_examples(task, load_rows()))
+    return task.episode_start(task_type, observation, examples=FEW_SHOT)
+
+
 def game_path(row: dict) -> Path:
     return DATA_PATH / row["game"]
 
@@ -147,7 +175,7 @@ def expert_example(task, encoder: Encoder, row: dict, max_length: int) -> tuple[
     """(example, steps kept, steps in the trajectory) for a training row's expert trajectory:
     {"input_ids", "labels"} with labels only on the action tokens; steps that do not fit in
     max_length are left out (None when not even the first action fits)."""
-    prompt = task.episode_start(task_type_of(task, row), row["initial_observation"])
+    prompt = episode_start(task, task_type_of(task, row), row["initial_observation"])
     ids = encoder.prompt(prompt)
     labels = [-100] * len(ids)
     trajectory = row.get("expert") or []
@@ -392,7 +420,7 @@ def play(model, tokenizer, task, pool: EnvPool, episodes: list[tuple[object, dic
     state = {}
     for key, row in episodes:
         observation, info = started[key]
-        text = task.episode_start(task_type_of(task, row), observation)
+        text = episode_start(task, task_type_of(task, row), observation)
         state[key] = {
             "prompt_ids": encoder.prompt(text), "completion_ids": [], "env_mask": [], "last_action_end": 0,
             "won": False, "steps": 0, "valid": 0, "counted": 0, "end": None, "info": info,
@@ -605,7 +633,7 @@ def build_grpo_trainer(task, model, tokenizer, rows: list[dict], pool: EnvPool, 
 
 
 def fits(task, encoder: Encoder, row: dict, max_length: int, max_new_tokens: int) -> bool:
-    prompt = task.episode_start(task_type_of(task, row), row["initial_observation"])
+    prompt = episode_start(task, task_type_of(task, row), row["initial_observation"])
     return len(encoder.prompt(prompt)) + max_new_tokens + 8 <= max_length
 
 

@@ -58,9 +58,11 @@ interactive task: the reward comes from playing whole episodes, not from single 
   environment runs inside your workspace and only sees the games you give it.
 - Evaluation: {eval_desc}, played with the protocol in `task.py`:
   - Prompt (text completion, no chat template): "Interact with a household to solve a task.
-    Here are two examples." + two ReAct examples of the game's task type (`react_prompts.json`)
-    + "Here is the task." + the game's first observation + a newline and `>`
-    (`task.episode_start`).
+    Here are two examples." + two ReAct examples of the game's task type (ReAct's published
+    ALFWorld examples, `react_<type>_1` then `react_<type>_0`; not in this workspace, as in the
+    reference harness) + "Here is the task." + the game's first observation + a newline and `>`
+    (`task.episode_start`; pass `examples=task.expert_examples(rows)` to render the same
+    layout with your training games' expert trajectories as the examples).
   - Each step the model continues the text greedily up to the first newline (at most
     {max_new_tokens} new tokens); the stripped text is the action (`task.clean_action`), sent to
     the game as is; the prompt then grows by " <action>\\n<observation>\\n>"
@@ -259,9 +261,9 @@ class ALFWorld(Task):
 
     def exposed_files(self, settings: dict) -> dict:
         return {
+            # react_prompts.json stays with the grader, as in the reference since RD-Agent 81649dd
+            # ("stop exposing react prompts to agents").
             "task.py": PUBLIC,
-            public.PROMPTS_FILE: DATA / public.PROMPTS_FILE,
-            "LICENSE-ReAct-prompts": DATA / "LICENSE-ReAct",
         }
 
     # -- evaluation -----------------------------------------------------------------------

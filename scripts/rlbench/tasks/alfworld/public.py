@@ -7,8 +7,10 @@ to build SFT data from the expert trajectories in data/train.jsonl, and to compu
 Protocol (as the reference harness and the ReAct paper's ALFWorld notebook):
 - each episode is one game of the official `alfworld` engine (AlfredTWEnv, textworld + PDDL);
 - the model reads a ReAct prompt: an instruction line, two few-shot examples of the game's task
-  type (react_prompts.json, from the ReAct repository, MIT), "Here is the task.", the game's
-  initial observation (the welcome banner removed), then "\\n>";
+  type (react_prompts.json, ReAct's alfworld_3prompts.json, MIT), "Here is the task.", the
+  game's initial observation (the welcome banner removed), then "\\n>". As in the reference
+  harness (RD-Agent commit 81649dd), the workspace does not get react_prompts.json: render
+  prompts with examples of your own (`episode_start(..., examples=expert_examples(rows))`);
 - at every step it continues the text greedily up to the first newline (at most 100 new tokens);
   the stripped text is the action, sent to the game as is; the prompt grows by
   " {action}\\n{observation}\\n>"; an action starting with "think:" gets the observation "OK.";
@@ -91,7 +93,11 @@ def _prompts_path() -> Path:
     for candidate in (here / PROMPTS_FILE, here / "data" / PROMPTS_FILE):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"{PROMPTS_FILE} not found next to {__file__} (or in its data/ folder)")
+    raise FileNotFoundError(
+        f"{PROMPTS_FILE} (ReAct's few-shot examples, which the grader's prompt begins with) is not here: "
+        "as in the reference harness, the workspace does not get it. Pass examples of your own, e.g. "
+        "task.episode_start(task_type, observation, examples=task.expert_examples(training_rows))"
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,16 +113,43 @@ def prompt_key(task_type: str) -> str:
     raise ValueError(f"unknown ALFWorld task type {task_type!r}; known prefixes: {', '.join(TASK_PREFIXES)}")
 
 
-def few_shot_prompt(task_type: str) -> str:
-    """The shared beginning of every episode prompt of a task type: two ReAct examples."""
+def few_shot_prompt(task_type: str, examples: dict | None = None) -> str:
+    """The shared beginning of every episode prompt of a task type: two ReAct examples,
+    `react_<key>_1` then `react_<key>_0`, from `examples` (react_prompts.json's layout) or, when
+    None, from react_prompts.json (the grader's; not in the workspace)."""
     key = prompt_key(task_type)
-    prompts = react_prompts()
+    prompts = react_prompts() if examples is None else examples
     return (
         "Interact with a household to solve a task. Here are two examples.\n"
         + prompts[f"react_{key}_1"]
         + prompts[f"react_{key}_0"]
         + "\nHere is the task.\n"
     )
+
+
+def expert_example(row: dict) -> str:
+    """A training row's expert trajectory as a few-shot example in ReAct's format: the initial
+    observation, then "> {action}\n{observation}\n" per step."""
+    text = row["initial_observation"] + "\n>"
+    for step in row.get("expert") or []:
+        action = clean_action(step["action"])
+        text += history_entry(action, step_observation(action, step["observation"]))
+    return text[:-1]
+
+
+def expert_examples(rows: list[dict]) -> dict:
+    """Few-shot examples in react_prompts.json's layout (`react_<key>_0`, `react_<key>_1`) from
+    the first two expert trajectories of each task type among `rows` (training rows with
+    `task_type` and `expert`); a type with one trajectory uses it twice."""
+    by_key: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get("expert") and row.get("task_type"):
+            by_key.setdefault(prompt_key(row["task_type"]), []).append(expert_example(row))
+    examples = {}
+    for key, texts in by_key.items():
+        examples[f"react_{key}_0"] = texts[0]
+        examples[f"react_{key}_1"] = texts[1] if len(texts) > 1 else texts[0]
+    return examples
 
 
 def initial_observation(raw: str) -> str:
@@ -131,9 +164,10 @@ def process_observation(observation: str) -> str:
     return observation
 
 
-def episode_start(task_type: str, first_observation: str) -> str:
-    """The prompt before the first action: few-shot examples, the task, then '\\n>'."""
-    return few_shot_prompt(task_type) + first_observation + "\n>"
+def episode_start(task_type: str, first_observation: str, examples: dict | None = None) -> str:
+    """The prompt before the first action: few-shot examples (`examples`, or the grader's
+    react_prompts.json), the task, then '\\n>'."""
+    return few_shot_prompt(task_type, examples) + first_observation + "\n>"
 
 
 def clean_action(completion: str) -> str:
