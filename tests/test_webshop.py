@@ -209,21 +209,41 @@ def test_search_is_deterministic_and_keeps_catalogue_order_on_ties():
 
 
 # -- the protocol ----------------------------------------------------------------------------
-def test_prompt_lists_actions_rules_and_the_last_five_steps():
-    history = [(f"page {k}", f"click[x{k}]") for k in range(1, 8)]
-    prompt = public.user_prompt("Instruction: buy a mug", {"has_search_bar": True, "clickables": ["search"]}, history, "page 8", 8)
+def test_prompt_shows_the_last_five_steps_with_the_page_after_each_action():
+    # history entries are (action, observation after it), as RD-Agent's webshop_run appends them
+    history = [(f"click[x{k}]", f"page after {k}") for k in range(1, 8)]
+    prompt = public.user_prompt("Instruction: buy a mug", {"has_search_bar": True, "clickables": ["search"]}, history, "page after 7")
     assert "Instruction: Instruction: buy a mug" in prompt
     assert "Available actions:\n  search[<your query>]\n  click[search]\n" in prompt
     rules = prompt.split("Rules:\n")[1].split("\n\n")[0].splitlines()
     assert len(rules) == 4 and all(rule.startswith("- ") for rule in rules)
     tail = prompt.split("Now it's your turn:\n")[1]
-    assert tail.startswith("Observation 3: page 3\nAction 3: click[x3]\n") and "Observation 2:" not in tail
-    assert tail.endswith("Action 7: click[x7]\nObservation 8: page 8\nAction 8:")
-    chat = public.messages("Instruction: buy a mug", {"has_search_bar": False, "clickables": []}, [], "p", 1)
+    assert tail.startswith("\nObservation 3: page after 3\nAction 3: click[x3]\n") and "Observation 2:" not in tail
+    assert tail.endswith("Action 7: click[x7]\n\nObservation 8: page after 7\nAction 8:")
+    assert public.user_prompt("i", {}, history, "p", 8) == public.user_prompt("i", {}, history, "p")
+    with pytest.raises(ValueError, match="len\\(history\\) \\+ 1"):
+        public.user_prompt("i", {}, history, "p", 7)
+    chat = public.messages("Instruction: buy a mug", {"has_search_bar": False, "clickables": []}, [], "p")
     assert [m["role"] for m in chat] == ["system", "user"] and "ONLY" in chat[0]["content"]
     assert public.clean_action("  Action: choose[buy now] ") == "click[buy now]"
     assert public.clean_action("search[red mug]") == "search[red mug]"
     assert public.is_success(0.5) and not public.is_success(0.49)
+
+
+def test_expert_chats_replay_a_trajectory_into_the_graders_prompts(mugs):
+    mug_goal = goal(instruction="i need a red coffee mug", asin="B0MUG00000", goal_options={"color": "red"},
+                    name="Ceramic Coffee Mug Number 0", query="coffee mug", attributes=["dishwasher safe"])
+    actions = ["search[coffee mug]", "click[b0mug00000]", "click[red]", "click[buy now]"]
+    pairs = public.expert_chats(public.WebShopEnv(mugs), mug_goal, actions)
+    assert [action for _, action in pairs] == actions
+    env = public.WebShopEnv(mugs)
+    observation = env.reset(mug_goal)
+    results, *_ = env.step("search[coffee mug]")
+    item, *_ = env.step("click[b0mug00000]")
+    second = pairs[1][0][1]["content"]
+    assert second.endswith(f"\nObservation 1: {results}\nAction 1: search[coffee mug]\n\nObservation 2: {results}\nAction 2:")
+    assert pairs[0][0][1]["content"].endswith(f"Observation 1: {observation}\nAction 1:")
+    assert "click[red]" in pairs[2][0][1]["content"] and f"Observation 3: {item}" in pairs[2][0][1]["content"]
 
 
 # -- the generator ---------------------------------------------------------------------------
@@ -340,6 +360,7 @@ def test_oracle_policy_succeeds_on_every_heldout_goal(splits):
     metrics = result.metrics
     assert metrics["mean_reward"] == 100.0 and metrics["full_success_rate"] == 100.0 and metrics["success_count"] == 10
     assert metrics["context_exhausted"] == 0 and metrics["avg_steps"] >= 3 and "generation_s" in metrics
+    assert metrics["avg_reward"] == 1.0 and metrics["goals"] == "generated"
     assert sorted(generator.released) == sorted(item["id"] for item in result.items)
     assert all(item["end"] == "bought" and item["actions"][-1] == "click[buy now]" for item in result.items)
     assert "items" not in public_metrics(result.to_dict())
@@ -377,6 +398,7 @@ def test_heldout_goals_never_reach_the_training_split_or_a_workspace(splits, tmp
     manifest = prepare_workspace(workspace, splits["task"], settings(), model, "org/base", splits["train"])
     assert not any("eval" in name for name in manifest["files"])
     assert (workspace / "task.py").read_bytes() == Path(public.__file__).read_bytes()
+    assert "MIT License" in (workspace / "LICENSE-RD-Agent-prompts").read_text()  # task.py carries RD-Agent's prompt
     assert "WebShop" in (workspace / "description.md").read_text()
     texts = "\n".join(path.read_text() for path in workspace.rglob("*") if path.is_file() and path.suffix in (".py", ".md", ".jsonl"))
     assert not [row["instruction"] for row in eval_rows if row["instruction"] in texts]
@@ -466,9 +488,11 @@ def test_hub_pages_parse_to_the_text_observation():
 
 
 def test_hub_source_names_the_url_it_cannot_reach(tmp_path):
-    hub = settings(source="hub", hub={"url": "http://127.0.0.1:9"})
+    hub = settings(source="hub", hub={"goals": "human", "url": "http://127.0.0.1:9"})
     with pytest.raises(ConnectionError, match=r"hub.url=http://127.0.0.1:9"):
         get_task(hub).build_games(hub, "train", tmp_path / "train")
     with pytest.raises(ValueError, match="hub.url"):
-        get_task(hub).build_games(settings(source="hub"), "train", tmp_path / "train")
+        get_task(hub).build_games(settings(source="hub", hub={"goals": "human"}), "train", tmp_path / "train")
+    with pytest.raises(ValueError, match="hub.goals must be one of synthetic, human"):
+        get_task(hub).build_games(settings(source="hub", hub={"goals": "fixed"}), "train", tmp_path / "train")
     assert "fixed" not in get_task(hub).describe(hub) and "http://127.0.0.1:9" in get_task(hub).describe(hub)

@@ -9,9 +9,15 @@ sources:
   the held-out targets; training goals (`train_size`) ask only for the other products, each with
   the scripted expert's winning trajectory; the held-out goals (`eval_size`) are drawn with the
   installation's secret salt and never share an instruction text with a training goal.
-- `hub`: the original WebShop site (princeton-nlp/WebShop's Flask app, `hub.url`), whose goal
-  pages `{url}/fixed_{i}` are the sessions; goals 0..eval_size-1 are held out (RD-Agent's), the
-  next `train_size` are the agent's (session indices only: the goals live on the server).
+- `hub` with `hub.goals: synthetic` (default; the reference's): WebShop's small data (1,000
+  products; `hub.data_dir`, else downloaded as RD-Agent does), its synthetic goals shuffled with
+  seed 233 as `WebAgentTextEnv(observation_mode="text", num_products=1000)` builds them
+  (hub_data.py; the price draws WebShop leaves unseeded come from `hub.price_seed`); sessions
+  0..eval_size-1 are held out (RD-Agent's 100 instructions), the next `train_size` goals (none with
+  a held-out instruction) are the agent's; the shop is played in-process over those products.
+- `hub` with `hub.goals: human`: the original WebShop site (princeton-nlp/WebShop's Flask app,
+  `hub.url`), whose goal pages `{url}/fixed_{i}` (its human goals) are the sessions; goals
+  0..eval_size-1 are held out, the next `train_size` are the agent's (session indices only).
 
 Goals are built by the workflow rule generate_games into results/levels/online/<task>/
 {train,heldout}; prepare_train / prepare_eval turn them into the splits.
@@ -28,9 +34,11 @@ from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_f
 from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.parts import built_split
 from rlbench.tasks.webshop import public
-from rlbench.tasks.webshop.rollout import PRODUCTS_FILE, RewardScorer, WebShopRollout, hub_url
+from rlbench.tasks.webshop.rollout import PRODUCTS_FILE, RewardScorer, WebShopRollout, goals_variant, hub_url
 
 PUBLIC = Path(__file__).with_name("public.py")
+#: RD-Agent's MIT notice: task.py carries its WebShop prompt strings.
+RD_AGENT_LICENSE = Path(__file__).resolve().parents[2] / "assets" / "LICENSE-RD-Agent"
 GOALS_FILE = "goals.jsonl"
 MANIFEST = "manifest.json"
 DEFAULT_TRAIN_GOALS = 400
@@ -60,10 +68,11 @@ reward comes from whole shopping episodes, not from single answers.
 - Training data: {train_desc}
 - Environment: `task.py` is the shop the grader uses.{env_desc}
 - Evaluation: {eval_desc}, played with the protocol in `task.py`:
-  - at every step the model gets a chat (`task.messages`): a system message (output exactly one
-    action), then the instruction, the page's available actions (`search[<your query>]` when the
-    page has a search bar, `click[...]` for each clickable), four rules, the last 5 observation /
-    action pairs numbered by step, the current observation and `Action <n>:`;
+  - at every step the model gets a chat (`task.messages`, RD-Agent's prompt): a system message
+    (output only one action), then a task line, the instruction, the page's available actions
+    (`search[<your query>]` when the page has a search bar, `click[...]` for each clickable), four
+    rules, the last 5 steps as `Observation k` (the page after action k) / `Action k`, then the
+    current page again as `Observation <n+1>` and `Action <n+1>:`;
   - greedy decoding, at most {max_new_tokens} new tokens, stop at the first newline; the reply
     goes through `task.clean_action` and then to the shop;
   - actions: `search[keywords]` (from any page) or `click[x]` with x one of the page's
@@ -80,8 +89,10 @@ reward comes from whole shopping episodes, not from single answers.
 OFFLINE_TRAIN = """`data/train.jsonl`, {train} goals, one JSON object per line: `id`,
   `instruction`, the target `asin`, `attributes`, `goal_options` (option name -> value),
   `price_upper`, `category`, `query`, `name`, `product_category`, `weight`, and `expert`: a
-  scripted shopper's winning trajectory (`action` / `observation` pairs; `expert_reward` 1.0).
-  `data/products.jsonl` is the shop's catalogue ({catalogue} products)."""
+  scripted shopper's winning trajectory (`action` / `observation` pairs, the observation being the
+  page after the action, as the prompt's history shows it; `expert_reward` 1.0;
+  `task.expert_chats` turns one into the grader's prompts). `data/products.jsonl` is the shop's
+  catalogue ({catalogue} products)."""
 OFFLINE_ENV = """
   `task.Catalogue(task.load_products("data/products.jsonl"))` builds the shop once;
   `task.WebShopEnv(catalogue)` plays one episode (`reset(goal_row)`, `step(action)` ->
@@ -89,12 +100,20 @@ OFFLINE_ENV = """
   the training goals to collect trajectories and rewards (online RL)."""
 OFFLINE_EVAL = """{eval} held-out goals that you never see, in the same shop, each asking for
   a product that no training goal asks for"""
+SYNTHETIC_TRAIN = """`data/train.jsonl`, {train} goals of WebShop's text environment (its
+  synthetic goals over its 1,000-product data, sessions {first} onwards, none with a held-out
+  instruction), one JSON object per line: `id`, `session`, `instruction`, the target `asin`,
+  `attributes`, `goal_options` (option name -> value), `price_upper`, `category`, `query`,
+  `name`, `product_category`, `weight`. `data/products.jsonl` is the shop's catalogue (WebShop's
+  products, each with the `price` a purchase is judged by)."""
+SYNTHETIC_EVAL = """WebShop's synthetic goals 0..{last} (RD-Agent's {eval} instructions), in the
+  same shop"""
 HUB_TRAIN = """`data/train.jsonl`, {train} rows `id`, `session`: goal indices of the original
   WebShop site (goals {first}..{last}; the goals themselves live on the server)."""
 HUB_ENV = """
   `task.HubWebShopEnv(url)` plays the original WebShop site at {url} (`reset(session)`,
   `step(action)`, as WebShopEnv)."""
-HUB_EVAL = """WebShop's goals 0..{last} (the reference's {eval} instructions)"""
+HUB_EVAL = """the site's goals 0..{last} ({eval} instructions)"""
 
 
 class WebShop(Task):
@@ -149,16 +168,81 @@ class WebShop(Task):
         return manifest
 
     def _hub_goals(self, settings: dict, split: str, out_dir: Path) -> dict:
-        """Session indices of the original site: 0..eval_size-1 held out, the next train_size
-        for training; the server must answer (its first goal page is fetched)."""
-        public.HubWebShopEnv(hub_url(settings)).reset(0)
+        """hub.goals synthetic: the reference's goals (hub_data.reference_goals), sessions
+        0..eval_size-1 held out, the next train_size (skipping held-out instructions) for training,
+        with WebShop's products. hub.goals human: session indices of the original site (its first
+        goal page is fetched: the server must answer)."""
         eval_size = settings.get("eval_size") or DEFAULT_EVAL_GOALS
         train_size = settings.get("train_size") or DEFAULT_TRAIN_GOALS
+        if goals_variant(settings) == "synthetic":
+            return self._synthetic_goals(settings, split, out_dir, eval_size, train_size)
+        public.HubWebShopEnv(hub_url(settings)).reset(0)
         sessions = range(eval_size) if split == "heldout" else range(eval_size, eval_size + train_size)
         rows = [{"id": f"{split}-{i:05d}", "session": i} for i in sessions]
         out_dir.mkdir(parents=True, exist_ok=True)
         write_jsonl(out_dir / GOALS_FILE, rows)
-        manifest = {"source": "hub", "split": split, "summary": {"goals": len(rows), "first_session": sessions.start}}
+        manifest = {
+            "source": "hub",
+            "goals": "human",
+            "split": split,
+            "summary": {"goals": len(rows), "first_session": sessions.start, "goals_variant": "human"},
+        }
+        write_json(out_dir / MANIFEST, manifest)
+        return manifest
+
+    def _synthetic_goals(self, settings: dict, split: str, out_dir: Path, eval_size: int, train_size: int) -> dict:
+        from rlbench.tasks.webshop import hub_data
+
+        folder = hub_data.data_dir(settings)
+        price_seed = int((settings.get("hub") or {}).get("price_seed") or 0)
+        products, prices, goals = hub_data.reference_goals(folder, price_seed)
+        if eval_size > len(goals):
+            raise ValueError(f"webshop: eval_size {eval_size} exceeds the {len(goals)} synthetic goals of {folder}")
+        heldout_texts = {g["instruction_text"] for g in goals[:eval_size]}
+        if split == "heldout":
+            sessions = list(range(eval_size))
+        else:
+            sessions = [i for i in range(eval_size, len(goals)) if goals[i]["instruction_text"] not in heldout_texts]
+            if len(sessions) < train_size:
+                raise ValueError(
+                    f"webshop: train_size {train_size} exceeds the {len(sessions)} synthetic goals of {folder} after "
+                    f"the {eval_size} held-out sessions; ask for fewer"
+                )
+            sessions = sessions[:train_size]
+        rows = []
+        for i in sessions:
+            goal = goals[i]
+            rows.append(
+                {
+                    "id": f"{split}-{i:05d}",
+                    "session": i,
+                    "instruction": goal["instruction_text"],
+                    **{k: goal[k] for k in GOAL_KEYS},
+                }
+            )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_jsonl(out_dir / PRODUCTS_FILE, [hub_data.product_record(p, prices[p["asin"]]) for p in products])
+        write_jsonl(out_dir / GOALS_FILE, rows)
+        manifest = {
+            "source": "hub",
+            "goals": "synthetic",
+            "split": split,
+            "protocol": "WebAgentTextEnv(observation_mode='text', num_products=1000) synthetic goals, "
+            f"random.seed({hub_data.GOAL_SHUFFLE_SEED}) shuffle, goal i = session i",
+            "data_files": hub_data.data_fingerprint(folder),
+            "summary": {
+                "goals_variant": "synthetic",
+                "price_seed": price_seed,
+                "goal_shuffle_seed": hub_data.GOAL_SHUFFLE_SEED,
+                "num_products": hub_data.NUM_PRODUCTS,
+                "goals": len(rows),
+                "products": len(products),
+                "goals_available": len(goals),
+                "first_session": sessions[0] if sessions else None,
+                "last_session": sessions[-1] if sessions else None,
+                "skipped_heldout_instructions": (sessions[-1] + 1 - eval_size - len(sessions)) if sessions and split == "train" else 0,
+            },
+        }
         write_json(out_dir / MANIFEST, manifest)
         return manifest
 
@@ -170,6 +254,7 @@ class WebShop(Task):
         """offline: the distinct instructions the generated catalogue can ask for about its training and
         its held-out target products (generate.goal_capacity); hub: no bound known here (the site's goals)."""
         if _is_hub(settings):
+            goals_variant(settings)  # a bad hub.goals is refused when the config is checked
             return None
         from rlbench.tasks.webshop import generate
 
@@ -190,8 +275,12 @@ class WebShop(Task):
         train_dir = Path(train_dir)
         train_dir.mkdir(parents=True, exist_ok=True)
         goals = list(read_jsonl(goals_dir / GOALS_FILE))
-        if _is_hub(settings):
+        variant = goals_variant(settings)
+        if variant == "human":
             rows = [{"id": g["id"], "session": g["session"]} for g in goals]
+        elif variant == "synthetic":
+            rows = [{"id": g["id"], "session": g["session"], "instruction": g["instruction"], **{k: g[k] for k in GOAL_KEYS}} for g in goals]
+            shutil.copyfile(goals_dir / PRODUCTS_FILE, train_dir / PRODUCTS_FILE)
         else:
             rows = [
                 {
@@ -208,6 +297,7 @@ class WebShop(Task):
         return {
             "task": self.name,
             "source": settings.get("source", "offline"),
+            "goals": variant,
             "train_rows": len(rows),
             "train_goals_manifest": json.loads((goals_dir / MANIFEST).read_text()).get("summary", {}),
         }
@@ -221,18 +311,28 @@ class WebShop(Task):
         rows = list(read_jsonl(goals_dir / GOALS_FILE))
         train_rows = list(read_jsonl(Path(train_dir) / TRAIN_FILE))
         # Disjoint by construction; checked again on what is actually written.
-        if _is_hub(settings):
+        variant = goals_variant(settings)
+        if variant == "human":
             shared = sorted({r["session"] for r in rows} & {r["session"] for r in train_rows})
             what = "sessions"
+        elif variant == "synthetic":
+            shared = sorted({r["session"] for r in rows} & {r["session"] for r in train_rows})
+            shared += sorted({r["instruction"] for r in rows} & {r["instruction"] for r in train_rows})
+            what = "sessions or instructions"
+            shutil.copyfile(goals_dir / PRODUCTS_FILE, eval_dir / PRODUCTS_FILE)
         else:
             shared = sorted({r["instruction"] for r in rows} & {r["instruction"] for r in train_rows})
             shared += sorted({r["asin"] for r in rows} & {r["asin"] for r in train_rows})
             what = "instructions or target products"
             shutil.copyfile(goals_dir / PRODUCTS_FILE, eval_dir / PRODUCTS_FILE)
         if shared:
-            raise RuntimeError(f"{len(shared)} held-out WebShop {what} are also in the training split: {shared[:5]}")
+            raise RuntimeError(
+                f"{len(shared)} held-out WebShop {what} are also in the training split: {shared[:5]} (the training "
+                "goals must be built with the same eval_size as the held-out ones)"
+            )
         write_jsonl(eval_dir / EVAL_FILE, rows)
         result = {
+            "goals": variant,
             "eval_rows": len(rows),
             "heldout_goals_manifest": json.loads((goals_dir / MANIFEST).read_text()).get("summary", {}),
         }
@@ -244,10 +344,14 @@ class WebShop(Task):
         environment = settings.get("environment") or {}
         train = settings.get("train_size") or DEFAULT_TRAIN_GOALS
         eval_size = settings.get("eval_size") or DEFAULT_EVAL_GOALS
-        if _is_hub(settings):
+        variant = goals_variant(settings)
+        if variant == "human":
             url = (settings.get("hub") or {}).get("url") or "hub.url"
             train_desc = HUB_TRAIN.format(train=train, first=eval_size, last=eval_size + train - 1)
             env_desc, eval_desc = HUB_ENV.format(url=url), HUB_EVAL.format(last=eval_size - 1, eval=eval_size)
+        elif variant == "synthetic":
+            train_desc = SYNTHETIC_TRAIN.format(train=train, first=eval_size)
+            env_desc, eval_desc = OFFLINE_ENV, SYNTHETIC_EVAL.format(last=eval_size - 1, eval=eval_size)
         else:
             catalogue = settings.get("catalogue_size") or DEFAULT_CATALOGUE
             train_desc = OFFLINE_TRAIN.format(train=train, catalogue=catalogue)
@@ -261,14 +365,14 @@ class WebShop(Task):
         )
 
     def exposed_files(self, settings: dict) -> dict:
-        return {"task.py": PUBLIC}
+        return {"task.py": PUBLIC, "LICENSE-RD-Agent-prompts": RD_AGENT_LICENSE}
 
     # -- evaluation -----------------------------------------------------------------------
     def rollout(self, settings: dict):
         return WebShopRollout(settings)
 
     def scorer(self, settings: dict):
-        return RewardScorer()
+        return RewardScorer(goals_variant(settings))
 
 
 def _is_hub(settings: dict) -> bool:

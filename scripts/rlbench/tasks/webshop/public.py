@@ -14,11 +14,13 @@ The shop (princeton-nlp/WebShop's text environment, re-implemented in-process):
 - only Buy Now ends an episode; its reward (`get_reward`) scores the bought product against the
   goal: attributes, options and price each count as slots, times a product-type factor.
 
-The evaluation protocol (RD-Agent's WebShop evaluator):
+The evaluation protocol (RD-Agent's WebShop evaluator, benchmarks/webshop/eval.py at 471eb30d;
+its prompt strings are reproduced byte for byte, MIT License: LICENSE-RD-Agent-prompts):
 - each held-out goal is one episode; the model is chat-prompted at every step with `messages()`:
-  a system message, then the instruction (`env.get_instruction_text()`, which itself starts with
-  "Instruction: "), the available actions, four rules, the last 5 observation/action pairs
-  numbered by step, the current observation and "Action {n}:";
+  RD-Agent's system message, then its user prompt: a task line, the instruction
+  (`env.get_instruction_text()`, which itself starts with "Instruction: "), the available actions,
+  four rules, the last 5 history entries as "Observation k" (the page AFTER action k, as env.step
+  returned it) / "Action k", then the current page again as "Observation n+1" and "Action n+1:";
 - greedy decoding (temperature 0), at most 100 new tokens, stop at the first newline; the text
   goes through `clean_action` and then to `env.step`;
 - an episode ends at Buy Now or after 50 steps (reward 0); an episode whose prompt no longer fits
@@ -32,18 +34,25 @@ Playing a training goal:
     shop = task.Catalogue(task.load_products("data/products.jsonl"))    # BM25 index built once
     goal = json.loads(open("data/train.jsonl").readline())
     env = task.WebShopEnv(shop)
-    observation, history = env.reset(goal), []                  # history: [(observation, action)]
+    observation, history = env.reset(goal), []         # history: [(action, observation after it)]
     for step in range(1, task.MAX_STEPS + 1):
-        chat = task.messages(env.get_instruction_text(), env.available_actions(), history,
-                             observation, step)
+        chat = task.messages(env.get_instruction_text(), env.available_actions(), history, observation)
         action = task.clean_action(my_model(chat))              # greedy, stop at "\n"
-        history.append((observation, action))
         observation, reward, done, info = env.step(action)
+        history.append((action, observation))
         if done:                                                # Buy Now: reward in [0, 1]
             break
 
+SFT data that matches the grader's prompts: `expert_chats(env, goal, [s["action"] for s in
+goal["expert"]])` replays a trajectory and gives (chat, action) for every step (a training row's
+`expert` steps are already (action, observation after it) pairs).
+
 `WebShopEnv` objects are cheap; share one Catalogue between many of them. `HubWebShopEnv` offers
-the same interface over the original WebShop Flask site (the `hub` source).
+the same interface over the original WebShop Flask site (the `hub` source with `hub.goals: human`).
+
+Search: BM25 over WebShop's indexed text (title, description, first bullet point, options) with
+bm25s, Lucene's k1 0.9 / b 0.4 and English stop words; WebShop searches a pyserini Lucene index
+(whose analyzer also stems words), so a query's result list can differ from WebShop's.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from decimal import Decimal, InvalidOperation
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -64,7 +74,7 @@ MAX_NEW_TOKENS = 100
 STOP = ["\n"]
 TEMPERATURE = 0.0
 SUCCESS_THRESHOLD = 0.5
-HISTORY_WINDOW = 5  # observation/action pairs shown in the prompt
+HISTORY_WINDOW = 5  # (action, observation) history entries shown in the prompt
 
 SEP = " [SEP] "
 SEARCH_RETURN_N = 50  # search hits kept
@@ -94,28 +104,46 @@ def _reward_price(record: dict, pricing: list[float]) -> float:
     return round(random.Random(f"webshop-price-{record['asin']}").uniform(pricing[0], pricing[1]), 2)
 
 
+def parse_pricing(pricing) -> tuple[list[float], str]:
+    """(prices, display) of a record's pricing string, as WebShop's load_products reads it: the
+    numbers after each '$' (digits and dots kept), at most two; '$19.99' / '$12.5 to $20.0' (str
+    of the floats); [100.0] and '$100.0' when there is none."""
+    prices = []
+    for part in str(pricing or "").split("$")[1:]:
+        digits = re.sub(r"[^\d.]", "", part)
+        try:
+            prices.append(float(Decimal(digits)))
+        except InvalidOperation:  # WebShop's loader stops here; this one skips the part
+            continue
+    if not prices:
+        return [100.0], "$100.0"
+    if len(prices) == 1:
+        return prices, f"${prices[0]}"
+    return prices[:2], f"${prices[0]} to ${prices[1]}"
+
+
 def prepare_product(record: dict) -> dict:
-    """A raw catalogue record with WebShop's derived fields added: Title, Description,
-    BulletPoints, pricing (1-2 floats), Price (display), options (name -> values), Attributes,
-    Reviews, Rating, and `price` (the reward's price)."""
-    bullets = record.get("small_description") or []
-    pricing = [
-        float(x.replace(",", "")) for x in re.findall(r"\$\s*([\d,]+(?:\.\d+)?)", str(record.get("pricing") or ""))
-    ]
-    pricing = pricing[:2] or [100.0]
+    """A raw catalogue record with WebShop's derived fields added (princeton-nlp/WebShop's
+    engine.load_products): Title, Description, BulletPoints, pricing (1-2 floats), Price (display),
+    options (name -> values), Attributes (the record's `attributes`, else ['DUMMY_ATTR']), Reviews,
+    Rating, and `price` (the reward's price)."""
+    bullets = record.get("small_description", [])
+    pricing, price_tag = parse_pricing(record.get("pricing"))
     options = {
-        name.lower().strip(): [str(entry["value"]).lower().strip().replace("/", " | ") for entry in values]
+        name.lower(): [str(entry["value"]).strip().replace("/", " | ").lower() for entry in values]
         for name, values in (record.get("customization_options") or {}).items()
+        if values is not None
     }
+    attributes = record.get("attributes")
     product = dict(record)
     product.update(
         Title=record["name"],
         Description=record.get("full_description") or "",
-        BulletPoints=bullets if isinstance(bullets, list) else [bullets],
+        BulletPoints=bullets if isinstance(bullets, list) else [] if bullets is None else [bullets],
         pricing=pricing,
-        Price=" to ".join(f"${p:.2f}" for p in pricing),
+        Price=price_tag,
         options=options,
-        Attributes=list(record.get("attributes") or []) or ["DUMMY_ATTR"],
+        Attributes=list(attributes) if attributes is not None else ["DUMMY_ATTR"],
         Reviews=[],
         Rating="N.A.",
         query=str(record.get("query") or "").lower().strip(),
@@ -291,7 +319,7 @@ def get_reward(purchased: dict, goal: dict, price: float, options: dict) -> tupl
 
 # -- pages -------------------------------------------------------------------------------------
 def _instruction_nodes(instruction: str) -> list[str]:
-    return ["Instruction:", instruction]
+    return ["Instruction:", instruction.strip()]  # text nodes are stripped in WebShop's 'text' mode
 
 
 def search_page(instruction: str) -> str:
@@ -476,19 +504,34 @@ class WebShopEnv:
 
 
 # -- the evaluation protocol -------------------------------------------------------------------
+# The system message, the user prompt (its words, rules and blank lines) and the list of available
+# actions are RD-Agent's, byte for byte: rdagent/scenarios/rl/autorl_bench/benchmarks/webshop/eval.py
+# (create_llm_fn's system message, build_react_prompt, _format_available_actions) at commit
+# 471eb30d1ec03f35631c532c58a52ce75d684037; MIT License, Copyright (c) Microsoft Corporation (the
+# notice: LICENSE-RD-Agent-prompts beside this file).
 SYSTEM_PROMPT = (
-    "You are a careful shopping assistant browsing a web shop for a customer. At every step, "
-    "read the instruction, the current page and the list of available actions, and choose the "
-    "single best next action. Reply with ONLY that one action, for example search[red running "
-    "shoes] or click[buy now], and NO other text."
+    "You are a helpful shopping assistant browsing an e-commerce website. "
+    "Given a user instruction, current observation, and available actions, "
+    "pick the best action to find and purchase a matching product. "
+    "Output ONLY one action (e.g., 'search[red shoes]', 'click[buy now]') "
+    "with NO extra text, NO explanation."
 )
 
-RULES = [
-    "Reply with exactly one action from the list above.",
-    "To search, write search[your query].",
-    "To click, write click[...] with the exact text from the list.",
-    "Write nothing else: no explanation, no quotes.",
-]
+PROMPT_HEAD = """You are shopping on an e-commerce website. Find and purchase a product matching the user's instruction.
+
+Instruction: {instruction}
+
+Available actions:
+{available_actions}
+
+Rules:
+- Output ONLY one action from the available actions list above.
+- For search, use: search[your query]
+- For clicking, use: click[exact text from the list]
+- Do NOT output anything other than the action.
+
+Now it's your turn:
+"""
 
 
 def action_list(available_actions: dict) -> list[str]:
@@ -498,35 +541,53 @@ def action_list(available_actions: dict) -> list[str]:
     return actions + [f"click[{c}]" for c in available_actions.get("clickables", [])]
 
 
-def user_prompt(instruction: str, available_actions: dict, history: list, observation: str, step: int) -> str:
-    """The user message of step `step` (1-based): the task, the instruction as given (it starts
-    with "Instruction: " itself), the actions, the rules, the last HISTORY_WINDOW observation /
-    action pairs of `history` numbered by their step, then the current observation."""
-    lines = [
-        "You are shopping in WebShop. Find the product that fits the instruction, choose its options and buy it.",
-        f"Instruction: {instruction}",
-        "",
-        "Available actions:",
-        *(f"  {a}" for a in action_list(available_actions)),
-        "",
-        "Rules:",
-        *(f"- {rule}" for rule in RULES),
-        "",
-        "Now it's your turn:",
-    ]
-    first = max(0, len(history) - HISTORY_WINDOW)
-    for number, (past_observation, past_action) in enumerate(history[first:], start=first + 1):
-        lines += [f"Observation {number}: {past_observation}", f"Action {number}: {past_action}"]
-    lines += [f"Observation {step}: {observation}", f"Action {step}:"]
-    return "\n".join(lines)
+def format_available_actions(available_actions: dict) -> str:
+    """The prompt's action list: one action a line, each indented by two spaces ("" for none)."""
+    return "\n".join(f"  {a}" for a in action_list(available_actions))
 
 
-def messages(instruction: str, available_actions: dict, history: list, observation: str, step: int) -> list[dict]:
-    """The chat of one step: [system, user]."""
+def user_prompt(
+    instruction: str, available_actions: dict, history: list, observation: str, step: int | None = None
+) -> str:
+    """The user message of the next step: the task line, the instruction as given (it starts with
+    "Instruction: " itself), the actions, the rules, then the last HISTORY_WINDOW entries of
+    `history` (a list of (action, observation after that action), oldest first) as "Observation
+    k: <the page after action k>" / "Action k: <action k>", then the current page again as
+    "Observation n+1" and "Action n+1:" (n = len(history)). `step`, if given, must be n + 1."""
+    n = len(history)
+    if step is not None and step != n + 1:
+        raise ValueError(
+            f"step {step} with {n} history entries: history is [(action, observation after it)] of every step "
+            f"so far, and the next step is len(history) + 1 = {n + 1}"
+        )
+    text = PROMPT_HEAD.format(instruction=instruction, available_actions=format_available_actions(available_actions))
+    first = max(0, n - HISTORY_WINDOW)
+    for number, (action, seen) in enumerate(history[first:], start=first + 1):
+        text += f"\nObservation {number}: {seen}\nAction {number}: {action}\n"
+    return text + f"\nObservation {n + 1}: {observation}\nAction {n + 1}:"
+
+
+def messages(
+    instruction: str, available_actions: dict, history: list, observation: str, step: int | None = None
+) -> list[dict]:
+    """The chat of one step: [system, user] (user_prompt)."""
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": user_prompt(instruction, available_actions, history, observation, step)},
     ]
+
+
+def expert_chats(env: "WebShopEnv", goal: dict, actions: list[str]) -> list[tuple[list[dict], str]]:
+    """(chat, action) for every step of a trajectory replayed in `env`: the chat the grader would
+    show before each action (SFT pairs that match the evaluation prompt exactly)."""
+    observation, history, pairs = env.reset(goal), [], []
+    for action in actions:
+        pairs.append((messages(env.get_instruction_text(), env.available_actions(), history, observation), action))
+        observation, _reward, done, _info = env.step(action)
+        history.append((action, observation))
+        if done:
+            break
+    return pairs
 
 
 def clean_action(text: str) -> str:

@@ -4,7 +4,8 @@ Every live episode is advanced together: one generation call per step with all l
 chat prompts (public.messages rendered by the generator's chat template), then one step of each
 episode's shop. At most `max_live` episodes are live at once; when one ends the next goal starts.
 The shops step in-process: one WebShopEnv per episode over one shared Catalogue (the products and
-their BM25 index), or, for the hub source, one HubWebShopEnv per episode over the original site.
+their BM25 index: the offline catalogue, or WebShop's products for the hub source's synthetic goals),
+or, for the hub source's human goals, one HubWebShopEnv per episode over the original site.
 
 An episode ends at Buy Now (its reward), after max_steps steps (reward 0), or when its prompt no
 longer fits the model's context (reward 0, `end: "context"`).
@@ -76,7 +77,6 @@ def play_episodes(
                     state["env"].available_actions(),
                     state["history"],
                     state["observation"],
-                    len(state["history"]) + 1,
                 )
             )
             for key, state in live.items()
@@ -93,7 +93,7 @@ def play_episodes(
             state = live[key]
             action = public.clean_action(completion)
             observation, reward, done, _info = state["env"].step(action)
-            state["history"].append((state["observation"], action))
+            state["history"].append((action, observation))  # RD-Agent's: the page after the action
             state["observation"] = observation
             record = state["record"]
             record["steps"] += 1
@@ -107,13 +107,34 @@ def play_episodes(
     return {key: results[key] for key in keys}
 
 
+#: hub.goals values: the reference's synthetic goals of WebShop's data (played in-process), or the
+#: human goals of a running WebShop Flask site (its /fixed_<i> pages).
+HUB_GOALS = ("synthetic", "human")
+
+
+def goals_variant(settings: dict) -> str:
+    """Which goals an evaluation plays: "synthetic" (source hub, RD-Agent's: WebShop's synthetic
+    goals, sessions 0..eval_size-1), "human" (source hub, hub.goals: human: the Flask site's
+    human goals), or "generated" (source offline: the generated catalogue's goals)."""
+    if settings.get("source", "offline") != "hub":
+        return "generated"
+    goals = (settings.get("hub") or {}).get("goals") or "synthetic"
+    if goals not in HUB_GOALS:
+        raise ValueError(
+            f"webshop: hub.goals must be one of {', '.join(HUB_GOALS)} (synthetic: the reference's goals from "
+            f"WebShop's data; human: the goals of a WebShop Flask site at hub.url), not {goals!r}"
+        )
+    return goals
+
+
 def hub_url(settings: dict) -> str:
     """The original WebShop site's address (settings hub.url)."""
     url = (settings.get("hub") or {}).get("url")
     if not url:
         raise ValueError(
-            "webshop: source: hub needs tasks.webshop.hub.url, the address of a running WebShop "
-            "Flask site (web_agent_site, e.g. http://localhost:3000); or use source: offline"
+            "webshop: hub.goals: human needs tasks.webshop.hub.url, the address of a running WebShop "
+            "Flask site (web_agent_site, e.g. http://localhost:3000); or use hub.goals: synthetic (the "
+            "reference's goals, no server) or source: offline"
         )
     return str(url)
 
@@ -129,7 +150,7 @@ class WebShopRollout:
 
     def _envs(self, rows: list[dict], eval_dir: Path) -> tuple[dict, Callable[[], object]]:
         """key -> what reset() takes, and a factory of environments."""
-        if self.settings.get("source", "offline") == "hub":
+        if goals_variant(self.settings) == "human":
             url = hub_url(self.settings)
             return {row["id"]: row["session"] for row in rows}, lambda: public.HubWebShopEnv(url)
         catalogue = public.Catalogue(public.load_products(Path(eval_dir) / PRODUCTS_FILE))
@@ -166,8 +187,12 @@ def _rate(count: int, n: int) -> float:
 
 
 class RewardScorer:
-    """Success rate (reward >= 0.5, primary), mean reward x 100 and full-success rate (reward ==
-    1, WebShop's own), mean steps and context losses, from the episodes."""
+    """Success rate (reward >= 0.5, primary; RD-Agent's score), mean reward x 100 and full-success
+    rate (reward == 1, WebShop's own), avg_reward (0-1, RD-Agent's accuracy_summary), mean steps and
+    context losses, from the episodes; `goals` names the goals played (goals_variant)."""
+
+    def __init__(self, goals: str = "generated"):
+        self.goals = goals
 
     def score(self, rows: list[dict], samples: dict, ctx):
         from rlbench.tasks.base import EvalResult
@@ -191,10 +216,12 @@ class RewardScorer:
         metrics = {
             "success_rate": _rate(successes, n),
             "mean_reward": round(100.0 * sum(item["reward"] for item in items) / n, 4) if n else 0.0,
+            "avg_reward": round(sum(item["reward"] for item in items) / n, 6) if n else 0.0,
             "full_success_rate": _rate(sum(item["reward"] == 1.0 for item in items), n),
             "success_count": successes,
             "avg_steps": round(sum(item["steps"] for item in items) / n, 4) if n else 0.0,
             "context_exhausted": sum(item["end"] == "context" for item in items),
+            "goals": self.goals,
         }
         timings = samples.get("timings") or {}
         for name in ("generation_s", "env_s"):
