@@ -40,7 +40,7 @@ def settings(**overrides) -> dict:
         "grader_noise_repeats": 3,
         "environment": {"max_steps": 6},
         "judge": {"backend": "match", "model": "string-match"},
-        "search": {"provider": "duckduckgo", "api_key_var": "SERPAPI_KEY", "max_results": 3, "timeout_s": 10},
+        "search": {"provider": "auto", "api_key_var": "SERPAPI_KEY", "max_results": 3, "timeout_s": 10},
     }
     return {**base, **overrides}
 
@@ -105,10 +105,6 @@ class StubTool:
     def search(self, query):
         self.queries.append(("search", query))
         return f"results for {query}"
-
-    def open(self, title):
-        self.queries.append(("open", title))
-        return f"page {title}"
 
 
 def evaluate(splits, backend, **overrides):
@@ -183,6 +179,8 @@ def test_heldout_questions_never_reach_a_workspace(splits, tmp_path):
     heldout = list(read_jsonl(splits["eval"] / "eval.jsonl"))
     assert not [row["problem"] for row in heldout if row["problem"] in everything]
     assert (workspace / "task.py").read_bytes() == Path(public.__file__).read_bytes()
+    # task.py carries RD-Agent's prompt strings: its MIT notice goes with them.
+    assert (workspace / "LICENSE-RD-Agent-prompts").read_text().startswith("MIT License")
     assert (workspace / "data" / "kb.jsonl").is_file() and len(list(read_jsonl(workspace / "data" / "train.jsonl"))) == 30
     description = (workspace / "description.md").read_text()
     assert "DeepSearchQA" in description and "Thought's own line" in description
@@ -205,18 +203,19 @@ def test_search_tool_finds_pages_and_opens_them():
     assert facts["hq"] in tool.open(company.upper()) and tool.open("Nowhere Page").startswith("No page titled")
 
 
-def test_prompt_never_shows_the_answer_type_and_open_only_offline():
-    offline = public.episode_start("Who?", public.OFFLINE_TOOLS).request.prompt
-    web = public.episode_start("Who?", public.WEB_TOOLS).request.prompt
-    assert offline.endswith("\n\nQuestion: Who?\n\nThought:") and "open[" in offline and "open[" not in web
-    assert "Answer type" not in offline and "Set Answer" not in offline
+def test_prompt_shows_the_answer_type_unless_hidden():
+    shown = public.episode_start("Who?", public.SINGLE).request.prompt
+    hidden = public.episode_start("Who?", prompt=public.HIDE_ANSWER_TYPE).request.prompt
+    assert shown.startswith(public.REACT_SYSTEM_PROMPT) and "open[" not in shown
+    assert shown.endswith("\n\nQuestion: Who?\nAnswer type: Single Answer\n\nThought:")
+    assert hidden.endswith("\n\nQuestion: Who?\n\nThought:") and "Answer type" not in hidden
     assert public.STOP == ["\nAction:", "\nThought:", "\nObservation:"]
 
 
 def test_search_on_the_thought_line_then_answer():
     tool = StubTool()
     model = Scripted([" Need the founder. Action: search[Velm Works founder] and more", " Found it. Action: answer[Tel Varo]"])
-    answer, episode = public.play("Who founded Velm Works?", model, tool)
+    answer, episode = public.play("Who founded Velm Works?", model, tool, public.SINGLE)
     assert answer == "Tel Varo" and episode.request.end == "answer" and episode.steps == 2
     assert tool.queries == [("search", "Velm Works founder")] and episode.searches == 1
     assert "\nObservation: results for Velm Works founder\nThought: Found it." in episode.prompt
@@ -227,24 +226,24 @@ def test_an_action_on_its_own_line_is_cut_by_the_stop_and_the_answer_forced():
     # A generator stops at "\nAction:", so a newline-prefixed action never reaches the loop.
     tool = StubTool()
     model = Scripted([" I should search for it.", " Tel Varo"])
-    answer, episode = public.play("Who founded Velm Works?", model, tool)
+    answer, episode = public.play("Who founded Velm Works?", model, tool, public.SINGLE)
     assert answer == "Tel Varo" and episode.request.end == "forced" and tool.queries == []
     assert model.calls == [(256, public.STOP), (128, ["]"])]
     assert episode.prompt.endswith("I should search for it.\nAction: answer[")
 
 
 def test_placeholder_answer_is_refused_and_the_step_limit_falls_back_to_the_last_answer():
-    model = Scripted([" Action: answer[your final answer]"] + [" Hmm. Action: open[Velm Works] answer[Ana Kess]"] * 5)
-    answer, episode = public.play("Q?", model, StubTool())
-    assert public.INVALID_ANSWER in episode.prompt
-    assert episode.steps == 6 and episode.request.end == "max_steps" and answer == "Ana Kess" and episode.opens == 5
-    answer, episode = public.play("Q?", Scripted([" Action: search[x]"] * 6), StubTool())
+    model = Scripted([" Action: answer[your final answer]"] + [" Hmm. Action: search[Velm Works] Action: answer[Ana Kess]"] * 5)
+    answer, episode = public.play("Q?", model, StubTool(), public.SET)
+    assert "\nThat is not a valid answer. Please think again.\nThought:" in episode.prompt
+    assert episode.steps == 6 and episode.request.end == "max_steps" and answer == "Ana Kess" and episode.searches == 5
+    answer, episode = public.play("Q?", Scripted([" Action: search[x]"] * 6), StubTool(), public.SET)
     assert answer == "I don't know" and episode.request.end == "max_steps" and episode.searches == 6
-    answer, episode = public.play("Q?", Scripted([" Action: search[x]", None]), StubTool())
+    answer, episode = public.play("Q?", Scripted([" Action: search[x]", None]), StubTool(), public.SET)
     assert answer == "I don't know" and episode.request.end == "context"
-    # No open[] on the web: it is not an action there, so the answer is forced.
-    _, web = public.play("Q?", Scripted([" Action: open[Velm Works]", "x"]), StubTool(), public.WEB_TOOLS)
-    assert web.request.end == "forced"
+    # open[] is no action of the protocol (the reference has none): the answer is forced.
+    answer, episode = public.play("Q?", Scripted([" Action: open[Velm Works]", "x"]), StubTool(), public.SET)
+    assert episode.request.end == "forced" and answer == "x"
 
 
 def test_lockstep_batches_by_request_and_keeps_at_most_max_live():
@@ -264,7 +263,7 @@ def test_lockstep_batches_by_request_and_keeps_at_most_max_live():
             self.released.append(key)
 
     generator = Recorder()
-    episodes = play_questions({"a": "1?", "b": "2?", "c": "3?"}, generator, StubTool(), max_live=2)
+    episodes = play_questions({k: (f"{k}?", public.SINGLE) for k in "abc"}, generator, StubTool(), max_live=2)
     assert {key: e["answer"] for key, e in episodes.items()} == {"a": "A", "b": "B", "c": "C"}
     assert {key: e["end"] for key, e in episodes.items()} == {"a": "forced", "b": "answer", "c": "answer"}
     assert all(len(keys) <= 2 for keys, _ in generator.batches)
@@ -313,9 +312,10 @@ def test_match_official_counts_items_and_extras():
 
 
 def test_verdict_and_official_parsers():
-    assert grading.parse_verdict("Correct.\nBecause...") and grading.parse_verdict("**correct**")
+    # The reference's reading: the first line stripped of ".!,;:" and whitespace (not of "*" or quotes).
+    assert grading.parse_verdict("Correct.\nBecause...") and not grading.parse_verdict("**correct**")
     assert not grading.parse_verdict("incorrect") and not grading.parse_verdict("The answer is correct")
-    assert not grading.parse_verdict("")
+    assert grading.parse_verdict("") is None and grading.parse_verdict(" \n") is None  # the reference falls back
     fenced = 'Here you go:\n```json\n{"explanation": "x", "correctness_details": {"A": true, "B": "false"}, "excessive_answers": ["C"]}\n```'
     assert grading.parse_official(fenced) == ({"A": True, "B": False}, ["C"])
     assert grading.parse_official("no json here") is None
@@ -323,7 +323,7 @@ def test_verdict_and_official_parsers():
     assert grading.parse_official('{"correctness_details": {"A": "maybe"}, "excessive_answers": []}') is None
     messages = grading.verdict_messages(public.SET, "A, B", "A")
     assert messages[0] == {"role": "system", "content": "You are a strict answer evaluator."}
-    assert messages[1]["content"].endswith('Reply with ONLY "correct" or "incorrect".')
+    assert messages[1]["content"].endswith('Reply with ONLY "correct" or "incorrect". No explanation.')
     official = grading.official_messages("Which?", public.SET, "A, B", "A")[0]["content"]
     assert "<prompt>\nWhich?\n</prompt>" in official and "Prompt Type: Set Answer" in official
     assert official.endswith("<response>\nA\n</response>\n\nRating:")
@@ -341,8 +341,12 @@ def test_oracle_scores_100_and_nonsense_0_with_the_match_judge(splits):
     assert result.metrics["judge_backend"] == "match" and result.metrics["judge_failures"] == 0
     assert result.metrics["episode_ends"] == {"answer": 40} and result.metrics["mean_searches"] == 1
     assert result.metrics["mean_steps"] == 2 and result.metrics["context_exhausted"] == 0
+    assert result.metrics["prompt"] == "reference" and result.metrics["search_provider"] == "offline"
+    assert result.metrics["judge_model"] == "string-match" and result.metrics["judge_prompt"] is None
     public_view = public_metrics(result.to_dict())
     assert "items" not in public_view and public_view["metrics"]["official_f1"] == 100.0
+    hidden = evaluate(splits, OraclePolicy(rows), prompt="hide_answer_type")
+    assert hidden.score == 100.0 and hidden.metrics["prompt"] == "hide_answer_type"
     nonsense = evaluate(splits, NonsensePolicy())
     assert nonsense.score == 0.0 and nonsense.metrics["official_f1"] == 0.0
     assert nonsense.metrics["official_fully_incorrect"] == 100.0
@@ -360,6 +364,9 @@ def test_an_llm_judge_is_parsed_and_its_failures_fall_back_to_string_matching(sp
         def __post_init__(self):
             self.asked = []
 
+        def text_decoding(self):
+            return {"base_url": "https://example.invalid/v1", "temperature": 0.5, "top_p": 1.0}
+
         def ask(self, prompts, *, max_tokens, purpose, replicate=None):
             self.asked.append((purpose, len(prompts), max_tokens, replicate))
             answers = []
@@ -367,7 +374,7 @@ def test_an_llm_judge_is_parsed_and_its_failures_fall_back_to_string_matching(sp
                 if index == 0:  # the first question's calls fail
                     answers.append(Answer(failure="timeout", detail="slow"))
                 elif purpose == grading.VERDICT_PURPOSE:
-                    answers.append(Answer(text="Incorrect" if index == 1 else "correct\nfine"))
+                    answers.append(Answer(text="Incorrect" if index == 1 else "" if index == 3 else "correct\nfine"))
                 elif index == 2:
                     answers.append(Answer(text="I cannot grade this"))
                 else:
@@ -386,15 +393,18 @@ def test_an_llm_judge_is_parsed_and_its_failures_fall_back_to_string_matching(sp
         ctx.close()
     assert [a[0] for a in judge.asked] == [grading.VERDICT_PURPOSE, grading.OFFICIAL_PURPOSE]
     assert judge.asked[0][1:] == (40, 1024, 2)
-    # Question 0: fallback (oracle: correct); question 1: "Incorrect"; the rest "correct".
-    assert result.metrics["correct"] == 39 and result.metrics["judge_fallbacks"] == 1
+    # Questions 0 (failed call) and 3 (empty reply): fallback (oracle: correct); question 1:
+    # "Incorrect"; the rest "correct".
+    assert result.metrics["correct"] == 39 and result.metrics["judge_fallbacks"] == 2
     assert result.items[0]["verdict_source"] == "fallback" and not result.items[1]["correct"]
     # Official: questions 0 (failed call) and 2 (no JSON) by the match rules, the rest judged partial.
     assert result.metrics["official_fallbacks"] == 2
     assert result.metrics["official_correct_with_extras"] == pytest.approx(100 * 38 / 40)
-    assert result.metrics["judge_failures"] == 3
-    assert result.metrics["judge_failures_by_kind"] == {"timeout": 2, "unparsable": 1}
-    assert result.metrics["judge_backend"] == "openai"
+    assert result.metrics["judge_failures"] == 4
+    assert result.metrics["judge_failures_by_kind"] == {"timeout": 2, "unparsable": 2}
+    assert result.metrics["judge_backend"] == "openai" and result.metrics["judge_model"] == "fake"
+    assert result.metrics["judge_prompt"] == "reference" and result.metrics["judge_temperature"] == 0.5
+    assert result.metrics["judge_prompt_sha256"] == grading.verdict_prompt_sha256("reference")
 
 
 def test_match_judge_from_the_registry_answers_nothing():
@@ -450,7 +460,7 @@ def test_registry_entry_names_the_task():
     assert entry["module"] == "deepsearchqa" and entry["metric"] == "accuracy" and entry["level"] == "L3"
     task = get_task(entry)
     assert task.name == "deepsearchqa" and task.noise_repeats(entry) == 3
-    assert "LLM judge (gemini-2.5-flash)" in task.describe(entry) and "open[" not in task.describe(entry)
+    assert "LLM judge (gpt-4o)" in task.describe(entry) and "open[" not in task.describe(entry)
 
 
 def test_web_search_reads_serpapi_and_duckduckgo_answers_as_the_reference(monkeypatch):
@@ -479,14 +489,14 @@ def test_web_search_reads_serpapi_and_duckduckgo_answers_as_the_reference(monkey
     assert asked[-1][1] == {"q": "boom", "format": "json", "no_html": 1}
     # Many episodes stepping in threads, as a web search does.
     model = type("M", (), {"generate": lambda self, p, n, s: {k: " Action: search[topics]" if "Observation" not in v else " Action: answer[x]" for k, v in p.items()}})()
-    played = play_questions({i: f"{i}?" for i in range(5)}, model, ddg, tools_available=public.WEB_TOOLS, workers=3)
+    played = play_questions({i: (f"{i}?", public.SET) for i in range(5)}, model, ddg, workers=3)
     assert all(e["answer"] == "x" and e["searches"] == 1 for e in played.values())
     monkeypatch.delenv("SERPAPI_KEY", raising=False)
     with pytest.raises(ValueError, match="SERPAPI_KEY"):
         search_tool(settings(source="hub", search={**settings()["search"], "provider": "serpapi"}), Path("."))
-    with pytest.raises(ValueError, match="serpapi or duckduckgo"):
+    with pytest.raises(ValueError, match="auto, serpapi or duckduckgo"):
         search_tool(settings(source="hub", search={**settings()["search"], "provider": "offline"}), Path("."))
-    assert search_tool(settings(source="hub"), Path("."))[1] == public.WEB_TOOLS
+    assert search_tool(settings(source="hub"), Path("."))[1] == "duckduckgo"  # auto without a key
 
 
 def test_a_local_llm_judge_grades_through_the_judge_layer_and_its_cache(splits, tiny_model, tmp_path):
@@ -515,11 +525,15 @@ def test_a_local_llm_judge_grades_through_the_judge_layer_and_its_cache(splits, 
     verdict_prompts = len({(row["answer_type"], row["answer"]) for row in rows})
     assert stats.judged == 6 + verdict_prompts and stats.cache_hits == 0
     # Whatever the tiny judge wrote, each question got a verdict: its own reading, or the fallback.
-    # The tiny judge never writes "correct": the reference's rule reads that as incorrect (no
-    # fallback); it never writes the rubric's JSON: each official grading is unparsable, counted,
-    # and decided by the string rules instead (which credit the oracle in full).
-    assert first.score == 0.0 and first.metrics["judge_fallbacks"] == 0
-    assert first.metrics["official_fallbacks"] == 6 and first.metrics["judge_failures_by_kind"] == {"unparsable": 6}
+    # The tiny judge never writes "correct": the reference's rule reads a line as incorrect, and an
+    # empty reply (no line) falls back to the string rules, which credit the oracle; it never
+    # writes the rubric's JSON: each official grading is unparsable, counted, and decided by the
+    # string rules instead (which credit the oracle in full).
+    fallbacks = first.metrics["judge_fallbacks"]
+    assert first.score == pytest.approx(100.0 * fallbacks / 6)
+    assert all(item["correct"] == (item["verdict_source"] == "fallback") for item in first.items)
+    assert first.metrics["official_fallbacks"] == 6
+    assert first.metrics["judge_failures_by_kind"] == {"unparsable": 6 + fallbacks}
     assert first.metrics["official_f1"] == 100.0
     again, stats = run()
     assert stats.judged == 0 and stats.cache_hits == 12 and again.metrics == first.metrics

@@ -99,7 +99,7 @@ def play(name: str, built: Path, generator, *, max_live: int, max_steps: int | N
     from rlbench.tasks.deepsearchqa.rollout import play_questions
 
     tool = public.SearchTool(public.load_pages(built / "kb.jsonl"))
-    problems = {row["id"]: row["problem"] for row in read_jsonl(built / "questions.jsonl")}
+    problems = {row["id"]: (row["problem"], row["answer_type"]) for row in read_jsonl(built / "questions.jsonl")}
     episodes = play_questions(
         problems,
         generator,

@@ -8,16 +8,17 @@ Two sources:
   searches the web (SerpAPI or DuckDuckGo, `search.provider`).
 - `offline`: a generated knowledge base of fictional entities (kb.py: people, companies, cities,
   countries, awards, works; `kb_size` pages from `data_seed`) with multi-hop single- and
-  set-answer questions about it; the model searches the knowledge base with BM25 and may open its
-  pages. Every workspace gets the knowledge base and the training questions (from data_seed); the
-  held-out questions are drawn with the installation's secret salt and never ask what a training
-  question asks about the same entity.
+  set-answer questions about it; the model searches the knowledge base with BM25 (the same
+  prompt and actions as the hub source). Every workspace gets the knowledge base and the training
+  questions (from data_seed); the held-out questions are drawn with the installation's secret
+  salt and never ask what a training question asks about the same entity.
 
 Questions are built by the workflow rule generate_games (rules/levels/online.smk) into
 results/levels/online/<task>/{train,heldout} (`build_games`); prepare_train / prepare_eval copy
-them into the splits. The protocol (public.py) is the reference's ReAct loop (≤ 6 steps, greedy,
-256 tokens, the reference's stop strings); the grading (grading.py) its yes/no judge for the
-headline accuracy, plus the official per-item F1 grading.
+them into the splits. The protocol (public.py) is the reference's ReAct loop, its strings byte for
+byte (≤ 6 steps, greedy, 256 tokens, the reference's stop strings; `prompt: hide_answer_type`
+leaves out the answer type the reference shows); the grading (grading.py) its yes/no judge for
+the headline accuracy (`judge_prompt: reference`), plus the official per-item F1 grading.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ import os
 from pathlib import Path
 
 from rlbench.fileio.jsonio import read_jsonl, sha256_file, write_json, write_jsonl
+from rlbench.paths import ASSETS_DIR
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
 from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.deepsearchqa import public
-from rlbench.tasks.deepsearchqa.grading import AnswerScorer
+from rlbench.tasks.deepsearchqa.grading import AnswerScorer, judge_prompt_variant
 from rlbench.tasks.deepsearchqa.kb import build_kb, candidates, questions
-from rlbench.tasks.deepsearchqa.rollout import KB_FILE, SearchRollout
+from rlbench.tasks.deepsearchqa.rollout import KB_FILE, SearchRollout, prompt_variant
 from rlbench.tasks.parts import built_split
 
 PUBLIC = Path(__file__).with_name("public.py")
@@ -56,14 +58,15 @@ acts as a research assistant, looks facts up with a search tool, step by step, a
   ", "; "None" when nothing qualifies), `answer_type` ("Single Answer" or "Set Answer") and
   `gold_items` (the answer's items as a list).
 {tool_desc}- Evaluation: {eval_desc}.
-  They are played with the protocol in `task.py` (`task.episode_start`, `task.step`;
-  `task.play` runs one whole episode):
-  - Prompt (text completion, no chat template): instructions for the ReAct format, a blank
-    line, `Question: <problem>`, a blank line and `Thought:`. The answer type is not shown.
+  They are played with the protocol in `task.py` (`task.episode_start(problem, answer_type)`,
+  `task.step`; `task.play` runs one whole episode):
+  - Prompt (text completion, no chat template): `task.REACT_SYSTEM_PROMPT` (the ReAct format
+    and rules), a blank line, `Question: <problem>`, {type_line}a blank line and `Thought:`
+    (`task.first_prompt`; prompt variant "{prompt}").
   - Each step the model continues greedily (at most {max_new_tokens} new tokens) until one of the
     stop strings "\\nAction:", "\\nThought:", "\\nObservation:". The first
-    `Action: search[query]`{open_action} or `Action: answer[...]` in that step's text is its
-    action; a search appends "\\nObservation: <results>\\nThought:" and the loop goes on.
+    `Action: search[query]` or `Action: answer[...]` in that step's text is its action; a search
+    appends "\\nObservation: <results>\\nThought:" and the loop goes on.
   - Because "\\nAction:" is a stop string, an action written on a new line is cut off before the
     model writes it: that step has no action, and the answer is then forced (the prompt gets
     "\\nAction: answer[" and the model completes it up to "]"). To search, the model must write
@@ -83,8 +86,8 @@ OFFLINE_TOOL_DESC = """\
   world: people, companies, cities, countries, awards and works. Every question is about this
   world, and its facts are found only there; held-out questions ask about the same world.
   `task.SearchTool(task.load_pages("data/kb.jsonl"))` is the grader's search tool: `search(query)`
-  returns the top 3 pages (BM25) as "title: best-matching sentence" joined by " | ";
-  `open(title)` returns a page's text.
+  returns the top 3 pages (BM25) as "title: best-matching sentence" joined by " | ".
+  (`open(title)` returns a page's text: a reading aid for you, not an action of the protocol.)
 """
 
 HUB_TOOL_DESC = """\
@@ -259,8 +262,10 @@ class DeepSearchQA(Task):
         if settings.get("source") == "hub":
             train_desc = f"{min(train_size, TRAIN_SIZE)} questions of google/deepsearchqa"
             eval_desc = f"{min(eval_size, EVAL_SIZE)} other DeepSearchQA questions that you never see"
-            provider = (settings.get("search") or {}).get("provider") or "duckduckgo"
-            tool_desc, open_action = HUB_TOOL_DESC.format(provider=provider), ""
+            provider = (settings.get("search") or {}).get("provider") or "auto"
+            if provider == "auto":
+                provider = "SerpAPI when the grader has a SerpAPI key, else DuckDuckGo"
+            tool_desc = HUB_TOOL_DESC.format(provider=provider)
         else:
             train_desc = f"{train_size} questions about the knowledge base"
             eval_desc = (
@@ -268,7 +273,12 @@ class DeepSearchQA(Task):
                 "ask what a training question asks about the same entity"
             )
             tool_desc = OFFLINE_TOOL_DESC.format(pages=_kb_size(settings))
-            open_action = ", `Action: open[page title]`"
+        prompt = prompt_variant(settings)
+        judge_prompt_variant(settings)  # a bad variant is caught when the workspace is described
+        if prompt == public.HIDE_ANSWER_TYPE:
+            type_line = ""
+        else:
+            type_line = '`Answer type: <answer_type>` ("Single Answer" or "Set Answer"), '
         if judge.get("backend") == "match":
             judge_desc = "a string-matching rule (task.string_match)"
         else:
@@ -277,7 +287,8 @@ class DeepSearchQA(Task):
             train_desc=train_desc,
             eval_desc=eval_desc,
             tool_desc=tool_desc,
-            open_action=open_action,
+            type_line=type_line,
+            prompt=prompt,
             max_new_tokens=settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,
             max_steps=environment.get("max_steps") or public.MAX_STEPS,
             judge_desc=judge_desc,
@@ -285,7 +296,8 @@ class DeepSearchQA(Task):
         )
 
     def exposed_files(self, settings: dict) -> dict:
-        return {"task.py": PUBLIC}
+        # task.py carries RD-Agent's prompt strings: its MIT notice goes with them.
+        return {"task.py": PUBLIC, "LICENSE-RD-Agent-prompts": ASSETS_DIR / "LICENSE-RD-Agent"}
 
     # -- evaluation -------------------------------------------------------------------------------
     def rollout(self, settings: dict) -> SearchRollout:

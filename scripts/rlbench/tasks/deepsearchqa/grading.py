@@ -2,24 +2,30 @@
 autorater's per-item grading (precision, recall, F1), each asked of the task's judge, or decided
 by string-matching rules when the judge is the `match` backend.
 
-- Verdict (RD-Agent's judge): a system prompt "You are a strict answer evaluator." and a user
-  prompt with the answer type, the gold and the predicted answer and two rules (single: the same
-  key information; set: every gold item, order and wording aside). The first line of the reply,
-  lower-cased and stripped of punctuation, must be "correct". A failed judge call falls back to
-  public.string_match, as the reference does on an API error (counted: judge_fallbacks).
+- Verdict (RD-Agent's judge, `judge_prompt: reference`, the default): its system prompt "You are a
+  strict answer evaluator." and its user prompt, byte for byte (eval.py's indented f-string: lines
+  2+ start with 8 spaces), with the answer type, the gold and the predicted answer. The reply is
+  read as the reference reads it (`parse_verdict`): lower-cased, its first line stripped of
+  ".!,;:" and whitespace must be "correct". An empty reply (the reference's IndexError) or a
+  failed judge call falls back to public.string_match, as the reference does on any exception
+  (counted: judge_fallbacks). `judge_prompt: paraphrase` asks this harness's earlier wording of
+  the same two rules instead (same system prompt, same reading).
 - Official (the dataset's starter-notebook autorater, prompt structure of the paper's appendix):
   the judge returns JSON {explanation, correctness_details: {gold item: bool},
   excessive_answers: [...]}, turned into public.official_metrics. A failed call or a reply
   without that JSON falls back to `match_official` (counted: official_fallbacks).
 - The match backend asks nothing: the verdict is public.string_match, the official grading
   `match_official`.
+
+The metrics record what graded: judge_backend, judge_model, judge_temperature, judge_prompt (and
+its template's sha256), the rollout's prompt variant and search provider.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-import string
 import sys
 from pathlib import Path
 
@@ -29,9 +35,27 @@ from rlbench.tasks.deepsearchqa import public
 VERDICT_PURPOSE = "deepsearchqa-verdict"
 OFFICIAL_PURPOSE = "deepsearchqa-official"
 DEFAULT_JUDGE_TOKENS = 1024
+# RD-Agent's judge, byte for byte: rdagent/scenarios/rl/autorl_bench/benchmarks/deepsearchqa/eval.py
+# (DeepSearchQAEvaluator._judge_answer) at commit 471eb30d1ec03f35631c532c58a52ce75d684037 (MIT,
+# scripts/rlbench/assets/LICENSE-RD-Agent). Its f-string is indented in the source: lines 2+ carry
+# 8 leading spaces, kept here.
 VERDICT_SYSTEM = "You are a strict answer evaluator."
+REFERENCE_VERDICT_PROMPT = (
+    "You are an answer evaluator. Compare the predicted answer to the gold answer.\n"
+    "        Question answer type: {answer_type}\n"
+    "        Gold answer: {gold}\n"
+    "        Predicted answer: {predicted}\n"
+    '        For "Single Answer": The predicted answer is correct if it contains the same key information as the '
+    "gold answer.\n"
+    '        For "Set Answer": The predicted answer is correct if it contains ALL items from the gold answer (order '
+    "doesn't matter, minor wording variations are OK).\n"
+    '        Reply with ONLY "correct" or "incorrect". No explanation.'
+)
+# What the reference's first reply line is stripped of before it is compared with "correct".
+VERDICT_STRIP = ".!,;: \t\r\n"
 
-VERDICT_PROMPT = """\
+# This harness's earlier paraphrase of the same rules (`judge_prompt: paraphrase`).
+PARAPHRASE_VERDICT_PROMPT = """\
 Decide whether the predicted answer to a question is correct.
 
 Answer type: {answer_type}
@@ -43,6 +67,28 @@ Rules:
 - Set Answer: the prediction is correct if it contains ALL items of the gold answer; their order and small differences in wording do not matter.
 
 Reply with ONLY "correct" or "incorrect"."""
+
+#: judge_prompt variant -> the verdict's user prompt template.
+VERDICT_PROMPTS = {"reference": REFERENCE_VERDICT_PROMPT, "paraphrase": PARAPHRASE_VERDICT_PROMPT}
+DEFAULT_JUDGE_PROMPT = "reference"
+VERDICT_PROMPT = REFERENCE_VERDICT_PROMPT  # the default's template
+
+
+def judge_prompt_variant(settings: dict) -> str:
+    """The task's `judge_prompt` setting (default: the reference's), checked."""
+    variant = settings.get("judge_prompt") or DEFAULT_JUDGE_PROMPT
+    if variant not in VERDICT_PROMPTS:
+        raise ValueError(
+            f"tasks.deepsearchqa: unknown judge_prompt {variant!r}; use one of {', '.join(VERDICT_PROMPTS)}"
+        )
+    return variant
+
+
+def verdict_prompt_sha256(variant: str) -> str:
+    """The hash of a variant's system prompt and template: which judge prompt graded."""
+    text = json.dumps([VERDICT_SYSTEM, VERDICT_PROMPTS[variant]])
+    return hashlib.sha256(text.encode()).hexdigest()
+
 
 OFFICIAL_PROMPT = """\
 Your job is to decide whether an AI response to a user prompt reached the correct answer. You get the user prompt, its prompt type, the correct answer and the AI response.
@@ -81,18 +127,22 @@ Prompt Type: {answer_type}
 Rating:"""
 
 
-def verdict_messages(answer_type: str, gold: str, predicted: str) -> list[dict]:
-    """The reference judge's chat: a strict evaluator deciding correct/incorrect."""
-    user = VERDICT_PROMPT.format(answer_type=answer_type, gold=gold, predicted=predicted)
+def verdict_messages(answer_type: str, gold: str, predicted: str, variant: str = DEFAULT_JUDGE_PROMPT) -> list[dict]:
+    """The judge's chat deciding correct/incorrect, as the reference builds it (APIBackend's
+    messages: the system prompt, then the user prompt)."""
+    user = VERDICT_PROMPTS[variant].format(answer_type=answer_type, gold=gold, predicted=predicted)
     return [{"role": "system", "content": VERDICT_SYSTEM}, {"role": "user", "content": user}]
 
 
-def parse_verdict(text: str) -> bool:
-    """The reference's reading of a verdict: the first line, lower-cased and stripped of
-    punctuation and whitespace, is "correct" (anything else, "incorrect" included, is not)."""
+def parse_verdict(text: str) -> bool | None:
+    """The reference's reading of a verdict: the reply stripped and lower-cased, its first line
+    stripped of ".!,;:" and whitespace, is "correct" (anything else, "incorrect" included, is
+    not). None for a reply without a line: the reference's reading raises there and it falls back
+    to string matching."""
     lines = text.strip().lower().splitlines()
-    first = lines[0] if lines else ""
-    return first.strip(string.punctuation + string.whitespace) == "correct"
+    if not lines:
+        return None
+    return lines[0].strip().strip(VERDICT_STRIP).lower() == "correct"
 
 
 def official_messages(problem: str, answer_type: str, gold: str, response: str) -> list[dict]:
@@ -171,6 +221,7 @@ class AnswerScorer:
     def score(self, rows: list[dict], samples: dict, ctx) -> EvalResult:
         episodes = samples["episodes"]
         predictions = [episodes[row["id"]]["answer"] or "" for row in rows]  # a missing episode is a harness bug
+        variant = judge_prompt_variant(self.settings)
         judge = ctx.judge()
         failures = {"count": 0, "by_kind": {}}
         if judge.backend == "match":
@@ -179,7 +230,7 @@ class AnswerScorer:
             ]
             officials = [(match_official(p, r["answer"], r["answer_type"]), "match") for r, p in zip(rows, predictions)]
         else:
-            verdicts, officials, failures = self._ask(judge, rows, predictions, ctx.replicate)
+            verdicts, officials, failures = self._ask(judge, rows, predictions, ctx.replicate, variant)
         items, per_type = [], {public.SINGLE: [], public.SET: []}
         grades = []
         for row, prediction, (correct, verdict_source), ((details, extras), official_source) in zip(
@@ -207,7 +258,6 @@ class AnswerScorer:
                     "end": episode["end"],
                     "steps": episode["steps"],
                     "searches": episode["searches"],
-                    "opens": episode["opens"],
                     "actions": episode["actions"],
                 }
             )
@@ -233,22 +283,27 @@ class AnswerScorer:
             "judge_fallbacks": sum(source == "fallback" for _, source in verdicts),
             "official_fallbacks": sum(source == "fallback" for _, source in officials),
             "judge_backend": judge.backend,
+            "judge_model": judge.model,
+            "judge_temperature": judge.text_decoding().get("temperature"),
+            "judge_prompt": None if judge.backend == "match" else variant,
+            "judge_prompt_sha256": None if judge.backend == "match" else verdict_prompt_sha256(variant),
+            "prompt": self.settings.get("prompt") or public.REFERENCE_PROMPT,
+            "search_provider": samples.get("search_provider"),
             "mean_searches": round(sum(item["searches"] for item in items) / n, 4) if n else 0.0,
-            "mean_opens": round(sum(item["opens"] for item in items) / n, 4) if n else 0.0,
             "mean_steps": round(sum(item["steps"] for item in items) / n, 4) if n else 0.0,
             "episode_ends": ends,
             "context_exhausted": ends.get("context", 0),
         }
         return EvalResult(metrics=metrics, primary="accuracy", n=n, items=items)
 
-    def _ask(self, judge, rows: list[dict], predictions: list[str], replicate: int):
-        """Both gradings from the judge, each question's failed call (or unreadable official
-        reply) decided by the match rules instead."""
+    def _ask(self, judge, rows: list[dict], predictions: list[str], replicate: int, variant: str):
+        """Both gradings from the judge, each question's failed call (or empty verdict, or
+        unreadable official reply) decided by the match rules instead."""
         from rlbench.scoring.judges import answer_failure_summary
 
         tokens = self._judge_tokens()
         verdict_answers = judge.ask(
-            [verdict_messages(r["answer_type"], r["answer"], p) for r, p in zip(rows, predictions)],
+            [verdict_messages(r["answer_type"], r["answer"], p, variant) for r, p in zip(rows, predictions)],
             max_tokens=tokens, purpose=VERDICT_PURPOSE, replicate=replicate,
         )  # fmt: skip
         official_answers = judge.ask(
@@ -260,9 +315,11 @@ class AnswerScorer:
         for row, prediction, verdict, official in zip(
             rows, predictions, verdict_answers, official_answers, strict=True
         ):
-            if verdict.ok:
-                verdicts.append((parse_verdict(verdict.text), "judge"))
+            correct = parse_verdict(verdict.text) if verdict.ok else None
+            if correct is not None:
+                verdicts.append((correct, "judge"))
             else:
+                unparsable += verdict.ok
                 verdicts.append((public.string_match(prediction, row["answer"], row["answer_type"]), "fallback"))
             parsed = parse_official(official.text) if official.ok else None
             if parsed is None:

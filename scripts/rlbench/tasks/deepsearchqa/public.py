@@ -5,19 +5,24 @@ This file is the workspace's task.py (standard library, numpy and bm25s only). T
 every held-out question with exactly these functions; an agent may use them to play its training
 questions against the knowledge base in data/kb.jsonl, collect trajectories and compute rewards.
 
-Protocol (RD-Agent's DeepSearchQA harness, kept so that scores mean what the paper's mean):
-- raw text completion, no chat template, greedy decoding; the prompt is a preamble (the ReAct
-  format and rules), a blank line, "Question: {problem}", a blank line and "Thought:". The answer
-  type is never shown to the model (the dataset card forbids it; the reference showed it);
+Protocol: RD-Agent's DeepSearchQA harness (benchmarks/deepsearchqa/eval.py at commit 471eb30d),
+its strings byte for byte, so that scores mean what the paper's mean:
+- raw text completion, no chat template, greedy decoding; the prompt is REACT_SYSTEM_PROMPT (which
+  ends with a newline), a blank line, "Question: {problem}", "Answer type: {answer_type}", a blank
+  line and "Thought:" (`first_prompt`). The prompt variant `hide_answer_type` leaves out the
+  "Answer type: ..." line (the dataset card asks not to show it; the reference shows it);
 - each step the model continues the text (at most 256 new tokens, stop strings STOP); the stripped
-  text is appended to the prompt after a space; the first `Action: search[...]`, `open[...]` or
-  `answer[...]` of *this step's* text is the action:
+  text is appended to the prompt after a space; the first `Action: search[...]` or
+  `Action: answer[...]` of *this step's* text (ACTION, the argument may span lines) is the action:
   - answer[x] ends the episode with x, except the placeholder "your final answer", which is
-    refused with an observation and the loop goes on;
-  - search[q] / open[t] append "\\nObservation: {result}\\nThought:" and the loop goes on;
+    refused: "\\nThat is not a valid answer. Please think again.\\nThought:" is appended and the
+    loop goes on;
+  - search[q] appends "\\nObservation: {result}\\nThought:" and the loop goes on;
   - no action: "\\nAction: answer[" is appended and the model completes it (at most 128 tokens,
-    stop "]"); that text is the answer;
-- after 6 steps without an answer: the last answer[...] the model wrote, else "I don't know";
+    stop "]"); that text, stripped, is the answer, unless it is the placeholder: then the loop
+    goes on from that prompt (it still ends with "Action: answer[");
+- after 6 steps without an answer: the last `Action: answer[...]` in the model's texts (joined by
+  newlines, the placeholder skipped), else "I don't know";
 - a prompt that no longer fits the model's context ends the episode with "I don't know".
 
 Important: the stop strings include "\\nAction:", so an action on a line of its own is cut off
@@ -25,10 +30,11 @@ before the model writes it; the step then has no action and the answer is forced
 model only gets to search when it writes its action on the Thought's own line:
 `Thought: I need X's founder. Action: search[X founder]`. This is the reference's behaviour.
 
-Tools: `search[query]` returns the top 3 pages of a BM25 index over the knowledge base (each as
+Tool: `search[query]` returns the top 3 pages of a BM25 index over the knowledge base (each as
 "title: best-matching sentence", joined by " | ", as the reference's web search returns three
-snippets); `open[page title]` (offline only) returns the page's text. With the hub source the
-grader searches the web instead (SerpAPI or DuckDuckGo) and there is no open[].
+snippets). With the hub source the grader searches the web instead (SerpAPI or DuckDuckGo).
+`SearchTool.open(title)` returns a whole page: a reading aid for your own tooling, not an action
+of the protocol (the reference has none, and the knowledge base's facts each fit in one snippet).
 
 Answers: "Single Answer" questions have one gold value; "Set Answer" questions a list (comma
 separated, every item needed), or "None" when nothing qualifies. `string_match` is the reference's
@@ -37,7 +43,7 @@ fallback rule; `official_metrics` the official per-question precision/recall/F1 
     import task
     pages = task.load_pages("data/kb.jsonl")
     tool = task.SearchTool(pages)
-    episode = task.episode_start(question, task.OFFLINE_TOOLS)
+    episode = task.episode_start(row["problem"], row["answer_type"])
     request = episode.request
     while request.kind == "generate":
         completion = my_model(request.prompt, request.max_tokens, request.stop)  # greedy, cut before a stop
@@ -61,38 +67,62 @@ MAX_RESULTS = 3
 SNIPPET_CHARS = 200
 PAGE_CHARS = 1500
 NO_RESULTS = "No results found."
-NO_ANSWER = "I don't know"
-PLACEHOLDER_ANSWER = "your final answer"
-INVALID_ANSWER = "That is not a valid answer. Replace the placeholder with the actual answer you found."
-WEB_TOOLS = ("search",)
-OFFLINE_TOOLS = ("search", "open")
 SINGLE = "Single Answer"
 SET = "Set Answer"
 NONE_ANSWER = "None"  # the gold answer of a set question that nothing meets
 
-_OPEN_LINE = "Action: open[page title]    (read the whole page with this exact title)\n"
+#: The prompt variants: `reference` shows the answer type as the reference does (the default);
+#: `hide_answer_type` leaves that line out, as the dataset card asks.
+REFERENCE_PROMPT = "reference"
+HIDE_ANSWER_TYPE = "hide_answer_type"
+PROMPTS = (REFERENCE_PROMPT, HIDE_ANSWER_TYPE)
+
+# The reference's strings, byte for byte: RD-Agent (MIT; the notice is LICENSE-RD-Agent-prompts
+# beside this file), rdagent/scenarios/rl/autorl_bench/benchmarks/deepsearchqa/eval.py at commit
+# 471eb30d1ec03f35631c532c58a52ce75d684037 (REACT_SYSTEM_PROMPT and DeepSearchQAEvaluator._react_loop).
+REACT_SYSTEM_PROMPT = """You are a research assistant that answers questions by searching the web.
+
+You must follow this format strictly:
+Thought: [your reasoning]
+Action: search[your search query]   <- to search the web
+  OR
+Action: answer[Paris]   <- to give final answer
+
+Rules:
+- Always start with a Thought
+- Use search[] to find information
+- Use answer[] ONLY when you have enough information
+- For Set Answer questions, list all items separated by commas
+- Be concise and factual
+"""
+FORCED_ANSWER = "\nAction: answer["
+PLACEHOLDER_ANSWER = "your final answer"
+INVALID_ANSWER = "That is not a valid answer. Please think again."
+NO_ANSWER = "I don't know"
+#: The action of a step: the first `Action: search[...]` or `Action: answer[...]` (the argument
+#: may span lines, as the reference's re.DOTALL allows).
+ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.DOTALL)
+ANSWER_ACTION = re.compile(r"Action:\s*answer\[(.+?)\]", re.DOTALL)
 
 
-def preamble(tools: tuple[str, ...] = OFFLINE_TOOLS) -> str:
-    """The instructions that open every prompt (open[] is mentioned only when the tool has it)."""
-    return (
-        "You are a research assistant who answers questions by searching for facts step by step.\n"
-        "Always use exactly this format:\n"
-        "Thought: what you know so far and what to look up next\n"
-        "Action: search[query]    (look something up)\n"
-        + (_OPEN_LINE if "open" in tools else "")
-        + "Action: answer[your final answer]    (give the answer and stop)\n"
-        "Rules:\n"
-        "- Always start with a Thought.\n"
-        "- Only use answer[...] when you are sure.\n"
-        "- If the question has several answers, list all of them, separated by commas.\n"
-        "- Be concise."
-    )
+def check_prompt(prompt: str) -> str:
+    """`prompt` if it names a prompt variant, else ValueError saying which exist."""
+    if prompt not in PROMPTS:
+        raise ValueError(f"unknown DeepSearchQA prompt variant {prompt!r}: use one of {', '.join(PROMPTS)}")
+    return prompt
 
 
-def first_prompt(problem: str, tools: tuple[str, ...] = OFFLINE_TOOLS) -> str:
-    """An episode's prompt before the first step."""
-    return f"{preamble(tools)}\n\nQuestion: {problem}\n\nThought:"
+def first_prompt(problem: str, answer_type: str | None = None, prompt: str = REFERENCE_PROMPT) -> str:
+    """An episode's prompt before the first step: the reference's (the answer type shown), or
+    without the "Answer type:" line (`hide_answer_type`)."""
+    if check_prompt(prompt) == HIDE_ANSWER_TYPE:
+        return f"{REACT_SYSTEM_PROMPT}\n\nQuestion: {problem}\n\nThought:"
+    if answer_type is None:
+        raise ValueError(
+            "the reference prompt shows the question's answer type: pass answer_type=row['answer_type'] "
+            f'("{SINGLE}" or "{SET}"), or prompt="{HIDE_ANSWER_TYPE}"'
+        )
+    return f"{REACT_SYSTEM_PROMPT}\n\nQuestion: {problem}\nAnswer type: {answer_type}\n\nThought:"
 
 
 # -- the search tool -------------------------------------------------------------------------
@@ -112,8 +142,8 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 
 class SearchTool:
-    """BM25 (bm25s, English stopwords) over the pages' title and text: what search[] and open[]
-    return offline."""
+    """BM25 (bm25s, English stopwords) over the pages' title and text: what search[] returns
+    offline (open() reads a whole page: a reading aid, not an action of the protocol)."""
 
     def __init__(self, pages: list[dict], max_results: int = MAX_RESULTS):
         import bm25s
@@ -177,29 +207,25 @@ class Request:
 
 @dataclass
 class Episode:
-    """One question being played: the growing prompt and what happened so far."""
+    """One question being played: the growing prompt and what happened so far. `trace` is the
+    model's texts as the reference joins them (the step limit's answer is read from it)."""
 
     problem: str
-    tools: tuple[str, ...]
+    answer_type: str | None
     prompt: str
     max_steps: int = MAX_STEPS
     max_new_tokens: int = MAX_NEW_TOKENS
     steps: int = 0
     outputs: list[str] = field(default_factory=list)
+    trace: str = ""
     actions: list[list[str]] = field(default_factory=list)
     searches: int = 0
-    opens: int = 0
     forcing: bool = False
     request: Request | None = None
 
     @property
     def done(self) -> bool:
         return self.request is not None and self.request.kind == "done"
-
-
-def action_pattern(tools: tuple[str, ...]) -> re.Pattern:
-    """The action regex: `Action: <name>[<argument>]`, for the tools at hand plus answer."""
-    return re.compile(r"Action:\s*(" + "|".join([*tools, "answer"]) + r")\[(.+?)\]")
 
 
 def _generate(episode: Episode, max_tokens: int, stop: list[str]) -> Request:
@@ -213,65 +239,71 @@ def _finish(episode: Episode, answer: str, end: str) -> Request:
 
 
 def episode_start(
-    problem: str, tools_available: tuple[str, ...] = OFFLINE_TOOLS, *, max_steps: int = MAX_STEPS,
+    problem: str, answer_type: str | None = None, *, prompt: str = REFERENCE_PROMPT, max_steps: int = MAX_STEPS,
     max_new_tokens: int = MAX_NEW_TOKENS,
 ) -> Episode:  # fmt: skip
-    """A new episode; its first request (`episode.request`) asks for the first step."""
-    episode = Episode(
-        problem, tuple(tools_available), first_prompt(problem, tuple(tools_available)), max_steps, max_new_tokens
-    )
+    """A new episode of a question (its `answer_type` is shown by the reference prompt); its first
+    request (`episode.request`) asks for the first step."""
+    episode = Episode(problem, answer_type, first_prompt(problem, answer_type, prompt), max_steps, max_new_tokens)
     _generate(episode, max_new_tokens, STOP)
     return episode
 
 
-def last_answer(outputs: list[str]) -> str | None:
-    """The last answer[...] in the model's outputs (the placeholder skipped), or None."""
-    found = [a.strip() for text in outputs for a in re.findall(r"answer\[(.+?)\]", text)]
+def last_answer(trace: str) -> str | None:
+    """The last `Action: answer[...]` in the model's texts (the placeholder skipped), or None."""
+    found = [a.strip() for a in ANSWER_ACTION.findall(trace)]
     found = [a for a in found if a.lower() != PLACEHOLDER_ANSWER]
     return found[-1] if found else None
 
 
+def _next_step(episode: Episode) -> Request:
+    if episode.steps >= episode.max_steps:
+        return _finish(episode, last_answer(episode.trace) or NO_ANSWER, "max_steps")
+    return _generate(episode, episode.max_new_tokens, STOP)
+
+
 def step(episode: Episode, completion: str | None, tool) -> Request:
     """Advance `episode` with the model's completion of its last request (None: the prompt no
-    longer fits the model's context); `tool` answers search(query) and open(title). Returns the
-    next request (also kept as episode.request)."""
+    longer fits the model's context); `tool.search(query)` answers a search. Returns the next
+    request (also kept as episode.request)."""
     if episode.done:
         raise ValueError("the episode has ended")
     if completion is None:
         return _finish(episode, NO_ANSWER, "context")
-    if episode.forcing:
-        return _finish(episode, completion.strip(), "forced")
     text = completion.strip()
+    if episode.forcing:  # the completion of "...Action: answer["
+        episode.forcing = False
+        episode.trace += ("\n" + text) if text else ""
+        if text.lower() == PLACEHOLDER_ANSWER:  # refused: the loop goes on from the same prompt
+            return _next_step(episode)
+        return _finish(episode, text, "forced")
     episode.steps += 1
     episode.outputs.append(text)
+    episode.trace += ("\n" + text) if episode.trace else text
     episode.prompt += " " + text
-    match = action_pattern(episode.tools).search(text)
+    match = ACTION.search(text)
     if match is None:
         episode.forcing = True
-        episode.prompt += "\nAction: answer["
+        episode.prompt += FORCED_ANSWER
         return _generate(episode, FORCED_ANSWER_TOKENS, FORCED_STOP)
     action, argument = match.group(1), match.group(2).strip()
     episode.actions.append([action, argument])
     if action == "answer":
         if argument.lower() != PLACEHOLDER_ANSWER:
             return _finish(episode, argument, "answer")
-        observation = INVALID_ANSWER
-    elif action == "search":
-        episode.searches += 1
-        observation = tool.search(argument)
+        episode.prompt += f"\n{INVALID_ANSWER}\nThought:"
     else:
-        episode.opens += 1
-        observation = tool.open(argument)
-    episode.prompt += f"\nObservation: {observation}\nThought:"
-    if episode.steps >= episode.max_steps:
-        return _finish(episode, last_answer(episode.outputs) or NO_ANSWER, "max_steps")
-    return _generate(episode, episode.max_new_tokens, STOP)
+        episode.searches += 1
+        episode.prompt += f"\nObservation: {tool.search(argument)}\nThought:"
+    return _next_step(episode)
 
 
-def play(problem: str, complete, tool, tools_available: tuple[str, ...] = OFFLINE_TOOLS) -> tuple[str, Episode]:
+def play(
+    problem: str, complete, tool, answer_type: str | None = None, *, prompt: str = REFERENCE_PROMPT
+) -> tuple[str, Episode]:
     """One whole episode with `complete(prompt, max_tokens, stop) -> str | None` (greedy, cut
     before the first stop string); returns (answer, episode)."""
-    episode = episode_start(problem, tools_available)
+    episode = episode_start(problem, answer_type, prompt=prompt)
     request = episode.request
     while request.kind == "generate":
         request = step(episode, complete(request.prompt, request.max_tokens, request.stop), tool)

@@ -7,7 +7,9 @@ generator.generate call (a TextGenerator from rlbench.generation.textgen keeps e
 between calls). Then every episode takes its step, calling the search tool.
 
 Search tools: offline, public.SearchTool over the held-out split's kb.jsonl (the same knowledge
-base as the training split's); hub, the web as the reference searches it (`WebSearch`).
+base as the training split's); hub, the web as the reference searches it (`WebSearch`): SerpAPI
+when its key is set, else DuckDuckGo (`search.provider: auto`, the default), or the provider named.
+The provider used is recorded (the rollout's `search_provider`, the scorer's metric).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rlbench.tasks.deepsearchqa import public
+from rlbench.tasks.deepsearchqa.grading import judge_prompt_variant
 from rlbench.tasks.parts import PhasedGenerator
 
 KB_FILE = "kb.jsonl"
@@ -31,7 +34,7 @@ DUCKDUCKGO_URL = "https://api.duckduckgo.com/"
 class WebSearch:
     """The reference's web search: SerpAPI (the top organic results' snippets) or the DuckDuckGo
     Instant Answer API (AbstractText, else the first two RelatedTopics); any error becomes an
-    observation "Search error: ...". No open[] on the web."""
+    observation "Search error: ..."."""
 
     def __init__(
         self, provider: str, api_key: str | None = None, max_results: int = public.MAX_RESULTS, timeout_s: float = 10.0
@@ -64,46 +67,61 @@ class WebSearch:
             return f"Search error: {exc}"
 
 
+PROVIDERS = ("auto", "serpapi", "duckduckgo", "offline")
+
+
+def web_provider(search: dict) -> str:
+    """The web search an evaluation uses: `search.provider`, where `auto` is the reference's rule
+    (SerpAPI when the key's variable, SERPAPI_KEY by default, is set; else DuckDuckGo)."""
+    provider = search["provider"]
+    if provider not in PROVIDERS:
+        raise ValueError(f"tasks.deepsearchqa: unknown search.provider {provider!r}; use one of {', '.join(PROVIDERS)}")
+    if provider == "auto":
+        return "serpapi" if os.environ.get(search.get("api_key_var") or "SERPAPI_KEY") else "duckduckgo"
+    return provider
+
+
 def search_tool(settings: dict, eval_dir: Path):
-    """The evaluation's search tool and the actions it offers: offline, BM25 over the split's
-    knowledge base (search and open); hub, the web provider named in `search.provider`."""
+    """The evaluation's search tool and the provider's name: offline, BM25 over the split's
+    knowledge base ("offline"); hub, the web provider `web_provider` picks."""
     search = settings["search"]  # the registry's block (every key required by the task schema)
     max_results = int(search["max_results"])
     if settings.get("source", "offline") != "hub":
-        return (
-            public.SearchTool(public.load_pages(Path(eval_dir) / KB_FILE), max_results=max_results),
-            public.OFFLINE_TOOLS,
-        )
-    provider = search["provider"]
+        return public.SearchTool(public.load_pages(Path(eval_dir) / KB_FILE), max_results=max_results), "offline"
+    provider = web_provider(search)
     if provider == "offline":
         raise ValueError(
             "tasks.deepsearchqa: source hub asks real questions, which the offline knowledge base cannot "
-            "answer; set search.provider to serpapi or duckduckgo (or use source: offline)"
+            "answer; set search.provider to auto, serpapi or duckduckgo (or use source: offline)"
         )
     key = None
     if provider == "serpapi":
         variable = search["api_key_var"] or "SERPAPI_KEY"
         key = os.environ.get(variable)
         if not key:
-            raise ValueError(f"search.provider serpapi needs an API key in the environment variable {variable}")
-    return WebSearch(provider, key, max_results, float(search["timeout_s"])), public.WEB_TOOLS
+            raise ValueError(
+                f"search.provider serpapi needs an API key in the environment variable {variable}: export it, "
+                "or use search.provider auto (DuckDuckGo without a key, as the reference)"
+            )
+    return WebSearch(provider, key, max_results, float(search["timeout_s"])), provider
 
 
 def play_questions(
-    problems: dict,
+    questions: dict,
     generator,
     tool,
     *,
-    tools_available: tuple[str, ...] = public.OFFLINE_TOOLS,
+    prompt: str = public.REFERENCE_PROMPT,
     max_steps: int = public.MAX_STEPS,
     max_new_tokens: int = public.MAX_NEW_TOKENS,
     max_live: int | None = None,
     workers: int = 1,
 ) -> dict:
-    """Play every question (key -> problem text); key -> episode record {answer, end ("answer",
-    "forced", "max_steps", "context"), steps, searches, opens, actions}. `workers` threads take the
-    episodes' steps (their tool calls) at once: a web search waits on the network."""
-    keys = list(problems)
+    """Play every question (key -> (problem, answer type)); key -> episode record {answer, end
+    ("answer", "forced", "max_steps", "context"), steps, searches, actions}. `workers` threads take
+    the episodes' steps (their tool calls) at once: a web search waits on the network."""
+    public.check_prompt(prompt)
+    keys = list(questions)
     width = max(1, min(len(keys), int(max_live or len(keys)))) if keys else 0
     pending = list(keys)
     live: dict = {}
@@ -112,8 +130,9 @@ def play_questions(
     def start() -> None:
         while pending and len(live) < width:
             key = pending.pop(0)
+            problem, answer_type = questions[key]
             live[key] = public.episode_start(
-                problems[key], tools_available, max_steps=max_steps, max_new_tokens=max_new_tokens
+                problem, answer_type, prompt=prompt, max_steps=max_steps, max_new_tokens=max_new_tokens
             )
 
     def advance(item):
@@ -140,7 +159,6 @@ def play_questions(
                         "end": request.end,
                         "steps": episode.steps,
                         "searches": episode.searches,
-                        "opens": episode.opens,
                         "actions": episode.actions,
                     }
                     release = getattr(generator, "release", None)
@@ -148,6 +166,11 @@ def play_questions(
                         release(key)
             start()
     return {key: results[key] for key in keys}
+
+
+def prompt_variant(settings: dict) -> str:
+    """The task's `prompt` setting (default: the reference's), checked."""
+    return public.check_prompt(settings.get("prompt") or public.REFERENCE_PROMPT)
 
 
 class SearchRollout:
@@ -158,6 +181,8 @@ class SearchRollout:
         self.settings = settings
 
     def prepare(self, ctx) -> None:
+        prompt_variant(self.settings)  # a bad variant stops the evaluation before the model loads
+        judge_prompt_variant(self.settings)
         ctx.text_generator()  # the model loads before the held-out split is read
 
     def run(self, rows: list[dict], ctx) -> dict:
@@ -165,19 +190,19 @@ class SearchRollout:
         generator = ctx.text_generator()
 
         ctx.phase("environment")
-        tool, tools_available = search_tool(self.settings, ctx.eval_dir)
-        web = tools_available == public.WEB_TOOLS
+        tool, provider = search_tool(self.settings, ctx.eval_dir)
+        web = provider != "offline"
         episodes = play_questions(
-            {row["id"]: row["problem"] for row in rows},
+            {row["id"]: (row["problem"], row["answer_type"]) for row in rows},
             PhasedGenerator(generator, ctx.phase),
             tool,
-            tools_available=tools_available,
+            prompt=prompt_variant(self.settings),
             max_steps=environment.get("max_steps") or public.MAX_STEPS,
             max_new_tokens=self.settings.get("max_new_tokens") or public.MAX_NEW_TOKENS,
             max_live=environment.get("max_live") or ctx.evaluation["batch_size"],
             workers=environment.get("workers") or (8 if web else 1),  # BM25 answers in microseconds
         )
-        return {"episodes": episodes, "generator": getattr(generator, "stats", None)}
+        return {"episodes": episodes, "generator": getattr(generator, "stats", None), "search_provider": provider}
 
     def code_files(self) -> list[Path]:
         from rlbench.generation import full_prompt, kv_buffer, prefix_cache, textgen, textgen_base, vllm_text
