@@ -14,7 +14,7 @@ from rlbench.config import (
     validate_config,
 )
 from rlbench.analysis.catalogue import FIGURE, ITEMS as REPORT_ITEMS, TABLE
-from rlbench.tasks import split_size_problems
+from rlbench.tasks import get_task, split_size_problems
 from rlbench.tasks.base import ensure_salt
 
 # Checked first, before any job starts: the config against the schema and the registries, and every task's split sizes
@@ -112,9 +112,11 @@ def get_agent_runtime_minutes(wildcards):
 WORKER_SETTINGS = ("worker", "worker_idle_s")
 
 
-def get_scoring_settings():
-    """config["evaluation"] as the baseline and final evaluations' params: what decides a score."""
-    return {k: v for k, v in config["evaluation"].items() if k not in WORKER_SETTINGS}
+def get_scoring_settings(baseline=False):
+    """config["evaluation"] as the baseline and final evaluations' params: what decides a score.
+    The baseline's leave out baseline_score (which of its scores Δ uses: the final evaluation's)."""
+    left_out = WORKER_SETTINGS + (("baseline_score",) if baseline else ())
+    return {k: v for k, v in config["evaluation"].items() if k not in left_out}
 
 
 def get_model_spec(wildcards):

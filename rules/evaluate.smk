@@ -16,7 +16,8 @@ rule evaluate_baseline:
         "../envs/rlbench.yaml"
     params:
         task=get_task_settings,
-        evaluation=get_scoring_settings(),
+        evaluation=get_scoring_settings(baseline=True),
+        model_generation=lambda wildcards: REGISTRIES.models[wildcards.model].get("generation"),
         judgments=lambda wildcards: JUDGMENT_CACHE.format(task=wildcards.task),
     script:
         "../scripts/evaluate_baseline.py"

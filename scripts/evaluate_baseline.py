@@ -1,7 +1,7 @@
 """Rule evaluate_baseline: score the untouched base model once per task x model.
 
-A noisy grader (a judge, a nondeterministic environment: the task's grader_noise_repeats K > 1)
-evaluates it K times; the first evaluation is the baseline score (the one a resubmitted base
+A noisy grader (a judge, a nondeterministic environment: the task's grader_noise_repeats K > 1;
+sampled decoding: K >= 3) evaluates it K times; the first evaluation is the baseline score (the one a resubmitted base
 model gets from the grader's cache) and the spread of all K is stored as the task's grader noise.
 """
 
@@ -19,9 +19,14 @@ from rlbench.tasks import get_task
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 model_dir, eval_dir = Path(snakemake.input.model), Path(snakemake.input.eval).parent
 resources = evaluation_resources(snakemake.input, snakemake.params.judgments)
+# The model registry's decoding (generation:), for the tasks that take it; the grader and the final
+# evaluation read it back from this result, so that a submission decodes as its base model.
+model_generation = snakemake.params.model_generation
+resources["model_generation"] = model_generation
 manifest = checkpoint_manifest(model_dir)
 digest = manifest["fingerprint"]
-repeats = get_task(settings).noise_repeats(settings)
+task = get_task(settings)
+repeats = task.noise_repeats(settings, task.decoding(model_generation))
 result = evaluate_model(settings, model_dir, eval_dir, evaluation, resources=resources)
 scores = [result["score"]]
 for replicate in range(1, repeats):
@@ -33,7 +38,12 @@ result.update(
     fingerprint=digest,
     # the checkpoint files' total: what bounds a submission's size (grader.checkpoint_size_factor)
     model_bytes=sum(f["size"] for f in manifest["files"]),
+    model_generation=model_generation,
     grader_noise=noise_summary(scores),
+    # score is the first evaluation (the reference's single one); the mean of the K repeats beside it
+    # (config evaluation.baseline_score chooses which Δ uses: evaluation.evaluate.delta_baseline)
+    score_first=scores[0],
+    score_mean=noise_summary(scores)["mean"],
     provenance=provenance(
         settings,
         data={"eval": read_json(Path(snakemake.input.eval_manifest))},

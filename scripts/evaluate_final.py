@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from rlbench.evaluation.evaluate import evaluate_model, evaluation_resources
+from rlbench.evaluation.evaluate import delta_baseline, evaluate_model, evaluation_resources
 from rlbench.grader.fingerprint import fingerprint, fingerprint_matches
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.provenance import provenance
@@ -13,8 +13,13 @@ from rlbench.recording.provenance import provenance
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 artifacts = read_json(Path(snakemake.input.artifacts))
 baseline = read_json(Path(snakemake.input.baseline))
+baseline_score, baseline_choice = delta_baseline(baseline, evaluation)
 final = {
-    "baseline_score": baseline["score"],
+    # what Δ is computed against (evaluation.baseline_score: the first evaluation, or the repeats' mean)
+    "baseline_score": baseline_score,
+    "baseline_choice": baseline_choice,
+    "baseline_first": baseline["score"],
+    "baseline_mean": baseline.get("score_mean"),
     "baseline_metrics": baseline.get("metrics"),
     "primary_metric": baseline.get("primary_metric"),
     "grader_noise": baseline.get("grader_noise"),
@@ -33,7 +38,7 @@ else:
     resources = evaluation_resources(snakemake.input, snakemake.params.judgments, baseline=baseline)
     result = evaluate_model(settings, model_dir, Path(snakemake.input.eval).parent, evaluation, resources=resources)
     final.update(result, status="evaluated", fingerprint=digest)
-    final["delta"] = round(result["score"] - baseline["score"], 4)
+    final["delta"] = round(result["score"] - baseline_score, 4)
     final["provenance"] = provenance(
         settings,
         data={"eval": read_json(Path(snakemake.input.eval_manifest))},

@@ -66,7 +66,10 @@ def is_online(wildcards):
 
 
 def get_games_settings(wildcards):
-    return get_task_settings(wildcards, GAME_KEYS[wildcards.split])
+    keys = GAME_KEYS[wildcards.split]
+    if wildcards.split == "train":  # what else a task's training games depend on (WebShop hub: eval_size)
+        keys = keys + get_task(get_task_settings(wildcards)).training_split_keys(get_task_settings(wildcards))
+    return get_task_settings(wildcards, keys)
 
 
 def get_games_input(wildcards):

@@ -25,7 +25,7 @@ from rlbench.agent_run.supervision import DiskWatch, StopRequest, supervise
 from rlbench.agent_run.workspace import rebuild_workspace, unshare_readonly_files
 from rlbench.coding_agents.session import CliSession, scrub_provider_keys
 from rlbench.config import grader_settings
-from rlbench.evaluation.evaluate import base_chat_template, base_model_bytes
+from rlbench.evaluation.evaluate import base_chat_template, base_model_bytes, delta_baseline
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.grader.grading import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
@@ -77,7 +77,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             grader_dir=grader_dir,
             task_settings=spec.task_settings,
             eval_dir=spec.eval_dir.resolve(),
-            baseline_score=spec.baseline["score"],
+            # what improvements are computed against (evaluation.baseline_score: first or mean)
+            baseline_score=delta_baseline(spec.baseline, spec.evaluation)[0],
             baseline_fingerprint=spec.baseline["fingerprint"],
             start_time=start,
             timeout_s=spec.time_limit_s,
@@ -85,7 +86,11 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             evaluation=spec.evaluation,
             baseline_metrics=spec.baseline,
             # The base model's chat template, which the submissions' prompts are rendered with.
-            resources={**spec.resources, "base_chat_template": base_template},
+            resources={
+                **spec.resources,
+                "base_chat_template": base_template,
+                "model_generation": spec.baseline.get("model_generation"),
+            },
             gpus=visible_gpus(),
             provenance=record_provenance,
             max_checkpoint_bytes=max_checkpoint_bytes,

@@ -15,6 +15,9 @@ from rlbench.fileio.jsonio import read_json
 # metric: the primary metric baseline, best and delta are in; grader_noise: the task's grader-noise band
 # (± points, half the range of K baseline evaluations; 0 for a deterministic grader, blank when unknown);
 # within_noise: "yes" when |delta| <= grader_noise (rlbench.analysis.stats.within_noise), blank when either is unknown.
+# baseline: the score delta is computed against; baseline_choice: which one it is (config evaluation.baseline_score:
+# "first", the first evaluation, as the reference; "mean", the mean of the K repeats); baseline_mean: that mean
+# (blank for runs summarized before it was recorded).
 LEADERBOARD_COLUMNS = (
     "task",
     "level",
@@ -26,6 +29,8 @@ LEADERBOARD_COLUMNS = (
     "mode",
     "seed",
     "baseline",
+    "baseline_choice",
+    "baseline_mean",
     "best",
     "delta",
     "grader_noise",
@@ -63,6 +68,8 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
         "mode": summary.get("mode") or "",
         "seed": labels["seed"],
         "baseline": _number(number(summary.get("baseline")), decimals),
+        "baseline_choice": summary.get("baseline_choice") or "first",
+        "baseline_mean": _number(number(summary.get("baseline_mean")), decimals),
         "best": _number(number(summary.get("best")), decimals),
         "delta": _number(number(summary.get("delta")), decimals),
         "grader_noise": _number(noise_band(summary), decimals),

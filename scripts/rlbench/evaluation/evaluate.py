@@ -64,6 +64,7 @@ def evaluate_model(
         resources=dict(resources or {}),
         on_phase=report,
         replicate=replicate,
+        decoding=task.decoding((resources or {}).get("model_generation")),
     )
     try:
         evaluated = task.evaluate(ctx)
@@ -75,6 +76,7 @@ def evaluate_model(
     result.update(
         backend=ctx.backend_name,
         chat_template=ctx.chat_template,
+        decoding=ctx.decoding,
         replicate=replicate,
         eval_seconds=round(time.time() - started, 3),
         phase_seconds={name: round(seconds, 3) for name, seconds in phase_seconds.items()},
@@ -85,10 +87,12 @@ def evaluate_model(
 def evaluation_resources(inputs, judgments: str | Path | None = None, baseline: dict | None = None) -> dict:
     """What a task's evaluation may use beyond its split, from a rule's inputs (the level
     plug-ins' `judge_model`), the task's judgment cache directory and, for a submission, the
-    baseline's result: the base model's chat template, the protocol's (tasks.base.EvalContext)."""
+    baseline's result: the base model's chat template, the protocol's, and its registry
+    `generation:` (tasks.base.EvalContext)."""
     resources = {}
     if baseline is not None:
         resources["base_chat_template"] = base_chat_template(baseline)
+        resources["model_generation"] = baseline.get("model_generation")
     judge_model = inputs.get("judge_model") if hasattr(inputs, "get") else None
     if judge_model:
         resources["judge_model_dir"] = str(Path(judge_model).resolve())
@@ -108,6 +112,26 @@ def base_chat_template(baseline: dict) -> str | None:
             "e.g. snakemake --forcerun evaluate_baseline"
         )
     return record.get("template")
+
+
+BASELINE_CHOICES = ("first", "mean")
+
+
+def delta_baseline(baseline: dict, evaluation: dict | None) -> tuple[float, str]:
+    """(the baseline score Δ is computed against, which one) by config evaluation.baseline_score:
+    "first" (default; the reference's single evaluation, and what a resubmitted base model gets
+    from the grader's cache) or "mean" (the mean of the K grader-noise repeats, as some of the
+    paper's baselines are: ALFWorld 4.85 = 6.5/134, DeepSearchQA 11.75)."""
+    choice = (evaluation or {}).get("baseline_score") or "first"
+    if choice not in BASELINE_CHOICES:
+        raise ValueError(f"evaluation.baseline_score {choice!r}: allowed {', '.join(BASELINE_CHOICES)}")
+    if choice == "mean":
+        noise = baseline.get("grader_noise") or {}
+        mean = baseline.get("score_mean", noise.get("mean"))
+        if mean is None:
+            raise ValueError("the baseline records no mean of its repeats (an older harness): rerun evaluate_baseline")
+        return float(mean), choice
+    return float(baseline["score"]), choice
 
 
 def base_model_bytes(baseline: dict) -> int:

@@ -6,6 +6,7 @@ import importlib.util
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from rlbench.generation import decoding as decoding_mod
 from rlbench.generation.chat_format import ChatFormat
 
 BACKENDS = ("auto", "hf", "vllm")
@@ -15,7 +16,8 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.45
 
 
 class GenerationBackend(ABC):
-    """Greedy chat completion for many conversations at once."""
+    """Chat completion for many conversations at once: greedy, or sampled as a model's registry
+    entry says for the tasks that take it (generation.decoding)."""
 
     name: str
 
@@ -82,9 +84,13 @@ class HFBackend(GenerationBackend):
         device: str | None = None,
         base_chat_template: str | None = None,
         protocol: bool = False,
+        decoding: dict | None = None,
+        replicate: int = 0,
     ):
         """protocol: model_dir is a submission, rendered against base_chat_template (the base
-        model's template; chat_format.ChatFormat.for_model); False: it is the base model."""
+        model's template; chat_format.ChatFormat.for_model); False: it is the base model.
+        decoding: generation.decoding's settings (None: greedy); replicate: which repeat of the
+        evaluation this is (a sampled decoding's seed)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -101,8 +107,10 @@ class HFBackend(GenerationBackend):
         self.model.eval()
         self.batch_size = batch_size
         self.chat_format = ChatFormat.for_model(self.tokenizer, base_chat_template, protocol)
+        self.chat_format.extra = decoding_mod.template_kwargs(decoding)
         eos = eos_ids(self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id)
         self.generation_config = protocol_generation_config(self.model, eos, self.tokenizer.pad_token_id)
+        self.decoding, self.replicate = decoding, replicate
 
     def generate_chat(
         self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
@@ -113,6 +121,10 @@ class HFBackend(GenerationBackend):
         order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
         outputs: list[str] = [""] * len(prompts)
         config = greedy_call_config(self.generation_config, max_new_tokens, stop)
+        if decoding_mod.is_sampled(self.decoding):
+            config.update(**decoding_mod.hf_sampling(self.decoding))
+            # Seeded per call: the same checkpoint, prompts and batches give the same samples.
+            self.torch.manual_seed(decoding_mod.repeat_seed(self.decoding, self.replicate))
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             inputs = self.tokenizer.pad(
@@ -145,6 +157,8 @@ class VLLMBackend(GenerationBackend):
         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
         base_chat_template: str | None = None,
         protocol: bool = False,
+        decoding: dict | None = None,
+        replicate: int = 0,
     ):
         if importlib.util.find_spec("vllm") is None:
             raise RuntimeError(
@@ -159,12 +173,18 @@ class VLLMBackend(GenerationBackend):
         self.sampling = SamplingParams
         self.tokenizer = self.llm.get_tokenizer()
         self.chat_format = ChatFormat.for_model(self.tokenizer, base_chat_template, protocol)
+        self.chat_format.extra = decoding_mod.template_kwargs(decoding)
         self.batch_size = batch_size
+        self.decoding, self.replicate = decoding, replicate
 
     def generate_chat(
         self, conversations: list[list[dict]], max_new_tokens: int, stop: list[str] | None = None
     ) -> list[str]:
-        params = self.sampling(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) if stop else None)
+        params = self.sampling(
+            **decoding_mod.vllm_sampling(self.decoding, self.replicate),
+            max_tokens=max_new_tokens,
+            stop=list(stop) if stop else None,
+        )
         prompts = [
             {"prompt_token_ids": self.tokenizer(self.chat_format.render(c), add_special_tokens=False)["input_ids"]}
             for c in conversations
@@ -193,10 +213,13 @@ def load_backend(
     gpu_memory_utilization: float | None = None,
     base_chat_template: str | None = None,
     protocol: bool = False,
+    decoding: dict | None = None,
+    replicate: int = 0,
 ) -> GenerationBackend:
-    """The backend `name` over model_dir; protocol and base_chat_template: see HFBackend."""
+    """The backend `name` over model_dir; protocol, base_chat_template, decoding and replicate:
+    see HFBackend."""
     resolved = resolve_backend_name(name)
-    chat = {"base_chat_template": base_chat_template, "protocol": protocol}
+    chat = {"base_chat_template": base_chat_template, "protocol": protocol, "decoding": decoding, "replicate": replicate}
     if resolved == "vllm":
         return VLLMBackend(
             model_dir,

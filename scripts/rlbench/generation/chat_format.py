@@ -61,9 +61,9 @@ def template_sha256(template: object) -> str | None:
     return hashlib.sha256(template.encode("utf-8")).hexdigest()
 
 
-def _render(tokenizer, template, conversation: list[dict]) -> str:
+def _render(tokenizer, template, conversation: list[dict], extra: dict | None = None) -> str:
     return tokenizer.apply_chat_template(
-        conversation, chat_template=template, tokenize=False, add_generation_prompt=True
+        conversation, chat_template=template, tokenize=False, add_generation_prompt=True, **(extra or {})
     )
 
 
@@ -94,6 +94,8 @@ class ChatFormat:
     base_template: object = None
     submitted_template: object = None
     fallbacks: int = 0  # conversations the submitted template failed the check on (rendered with the base's)
+    # Template variables of the decoding (generation.decoding.template_kwargs: Qwen3's enable_thinking).
+    extra: dict | None = None
 
     @classmethod
     def for_model(cls, tokenizer, base_template: object = None, protocol: bool = False) -> "ChatFormat":
@@ -155,10 +157,10 @@ class ChatFormat:
         if self.used == USED_PLAIN:
             return render_plain(conversation)
         if self.used == USED_OWN:
-            return _render(self.tokenizer, self.base_template, conversation)
+            return _render(self.tokenizer, self.base_template, conversation, self.extra)
         if self.used == USED_SUBMITTED and all(isinstance(m.get("content"), str) for m in conversation):
             try:
-                rendered = _render(self.tokenizer, self.submitted_template, _blind(conversation))
+                rendered = _render(self.tokenizer, self.submitted_template, _blind(conversation), self.extra)
             except Exception:  # noqa: BLE001 - the check below fails it the same way
                 rendered = None
             if isinstance(rendered, str) and _shows_each_content_once(rendered, len(conversation)):
@@ -166,7 +168,7 @@ class ChatFormat:
             self.fallbacks += 1
         if not self.base_template:
             return render_plain(conversation)
-        return _render(self.tokenizer, self.base_template, conversation)
+        return _render(self.tokenizer, self.base_template, conversation, self.extra)
 
     def record(self) -> dict:
         """What the ledger and the results say about the template (no template text)."""
@@ -179,4 +181,6 @@ class ChatFormat:
             record["template"] = self.base_template
         if self.fallbacks:
             record["fallbacks"] = self.fallbacks
+        if self.extra:
+            record["template_kwargs"] = dict(self.extra)
         return record

@@ -61,6 +61,10 @@ def summarize(
         "exit_code": run.get("exit_code"),
         "timed_out": run.get("timed_out"),
         "baseline": final.get("baseline_score", baseline.get("score")),
+        # which baseline Δ is computed against (config evaluation.baseline_score), and both of them
+        "baseline_choice": final.get("baseline_choice") or "first",
+        "baseline_first": final.get("baseline_first", baseline.get("score")),
+        "baseline_mean": final.get("baseline_mean", baseline.get("score_mean")),
         "best": final.get("score"),
         "delta": final.get("delta"),
         "submissions": len(submissions),

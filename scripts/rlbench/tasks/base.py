@@ -210,8 +210,10 @@ class EvalContext:
     resources: what the evaluation may use beyond the split, set by whoever runs it:
     judge_model_dir (a local judge's weights), judgment_cache (the judgment cache directory),
     work_dir, base_chat_template (present for a submission: the base model's chat template text,
-    or None, that its prompts are rendered with; see generation.chat_format). replicate: which repetition of a noisy grader this is (0 for the grader's own
-    evaluations; the baseline's repeats count up), part of the judgment cache key.
+    or None, that its prompts are rendered with; see generation.chat_format), model_generation
+    (the base model's registry `generation:`, Task.decoding). replicate: which repetition of a
+    noisy grader this is (0 for the grader's own evaluations; the baseline's repeats count up),
+    part of the judgment cache key and a sampled decoding's seed.
     """
 
     settings: dict
@@ -221,6 +223,8 @@ class EvalContext:
     resources: dict = field(default_factory=dict)
     on_phase: Callable[[str], None] | None = None
     replicate: int = 0
+    #: how the submitted model decodes (Task.decoding; None: greedy)
+    decoding: dict | None = None
     #: a ready generation backend to use instead of loading model_dir (tests, benchmarks)
     backend: object = None
     _generator: object = field(default=None, init=False, repr=False)
@@ -256,6 +260,8 @@ class EvalContext:
                 self.evaluation["batch_size"],
                 self.evaluation.get("gpu_memory_utilization"),
                 **self._chat_protocol(),
+                decoding=self.decoding,
+                replicate=self.replicate,
             )
             self.phase("generating")
         return self._generator
@@ -356,6 +362,10 @@ class Task(ABC):
     name: str
     #: the file copied into every workspace as task.py (prompt format, reward)
     public_module_path: Path
+    #: True: the model decodes as its registry entry's `generation:` says (the reference scores the
+    #: task through OpenCompass, which reads its models.yaml); False: greedily, as the task's
+    #: protocol says whatever the model (generation.decoding)
+    takes_model_decoding: bool = False
 
     @abstractmethod
     def prepare_train(self, settings: dict, train_dir: Path) -> dict:
@@ -382,6 +392,12 @@ class Task(ABC):
         """How many training and held-out items the settings ask for: train_size and eval_size, with the
         task's own default where one is null (None: all the source gives)."""
         return settings.get("train_size"), settings.get("eval_size")
+
+    def training_split_keys(self, settings: dict) -> tuple[str, ...]:
+        """Settings beyond the usual ones (source, train_size, seeds) that the training split of
+        an interactive task depends on: the workflow rebuilds the training games (and so reruns
+        the agents) when one changes. Empty for most tasks: the held-out size never touches them."""
+        return ()
 
     def split_capacity(self, settings: dict) -> SplitCapacity | None:
         """What the settings' data source can give the splits, known before any data are built
@@ -421,11 +437,23 @@ class Task(ABC):
         ctx.phase("scoring")
         return scorer.score(rows, samples, ctx)
 
-    def noise_repeats(self, settings: dict) -> int:
+    def noise_repeats(self, settings: dict, decoding: dict | None = None) -> int:
         """How many times the baseline is evaluated to measure the grader's noise: 1 for a
         deterministic grader; `grader_noise_repeats` (K >= 3) for a judge or a nondeterministic
-        environment."""
-        return int(settings.get("grader_noise_repeats") or 1)
+        environment; at least SAMPLED_REPEATS when the model's decoding samples."""
+        from rlbench.generation.decoding import SAMPLED_REPEATS, is_sampled
+
+        repeats = int(settings.get("grader_noise_repeats") or 1)
+        return max(repeats, SAMPLED_REPEATS) if is_sampled(decoding) else repeats
+
+    def decoding(self, model_generation: dict | None) -> dict:
+        """How this task decodes the model: its registry entry's `generation:` (`model_generation`)
+        when the task takes it, else greedy; with `source` saying which."""
+        from rlbench.generation.decoding import model_decoding
+
+        if self.takes_model_decoding and model_generation:
+            return {**model_decoding(model_generation), "source": "model registry"}
+        return {**model_decoding(None), "source": "task protocol"}
 
     # -- what the agent gets --------------------------------------------------------------
     def exposed_files(self, settings: dict) -> dict[str, Path | bytes]:

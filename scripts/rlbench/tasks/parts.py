@@ -21,12 +21,14 @@ from rlbench.tasks.base import EvalContext, EvalResult, score_exact_match
 
 @dataclass
 class SingleTurn:
-    """One greedy chat completion per row: prompt(row) -> messages, at most max_new_tokens new
-    tokens, cut at the first of `stop` (when given), all rows in batches."""
+    """One chat completion per row (decoded as ctx.decoding says): prompt(row) -> messages, at
+    most max_new_tokens new tokens (or the decoding's max_new_tokens when `model_length`: the
+    dataset config sets no length), cut at the first of `stop` (when given), all rows in batches."""
 
     prompt: Callable[[dict], list[dict]]
     max_new_tokens: int
     stop: Sequence[str] | None = None
+    model_length: bool = False
 
     def prepare(self, ctx: EvalContext) -> None:
         """Load the model (phases loading, then generating) before any held-out row is read."""
@@ -35,7 +37,10 @@ class SingleTurn:
     def run(self, rows: list[dict], ctx: EvalContext) -> list[str]:
         conversations = [self.prompt(row) for row in rows]
         generator = ctx.generator()
-        return generator.generate_chat(conversations, self.max_new_tokens, stop=list(self.stop) if self.stop else None)
+        limit = self.max_new_tokens
+        if self.model_length and ctx.decoding and ctx.decoding.get("max_new_tokens"):
+            limit = int(ctx.decoding["max_new_tokens"])
+        return generator.generate_chat(conversations, limit, stop=list(self.stop) if self.stop else None)
 
 
 @dataclass

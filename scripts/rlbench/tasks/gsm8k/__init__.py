@@ -47,7 +47,9 @@ Improve the base model's accuracy on grade-school math word problems.
     then the held-out question in the same user format. The chat template renders the
     conversation, with the generation prompt (see "How prompts are rendered"). `task.py:format_prompt` builds exactly these
     messages (the exemplars are in `task_protocol.json`).
-  - Generation: greedy, at most {max_new_tokens} new tokens, stopping at the model's
+  - Generation: as the base model's registry entry decodes it, as the reference's models.yaml
+    does (greedy for most models; Qwen3 models sample at temperature 0.6, top_p 0.95, top_k 20,
+    thinking on, seeded), at most {max_new_tokens} new tokens, stopping at the model's
     end-of-sequence token(s).
   - Answer extraction (`task.py:extract_answer`): drop any `<think>...</think>` section, cut the
     completion at the first "Question:" (a model that goes on inventing questions is not
@@ -147,6 +149,8 @@ def _hub_rows(settings: dict, which: str) -> list[dict]:
 class GSM8K(Task):
     name = "gsm8k"
     public_module_path = PUBLIC
+    # The reference scores it through OpenCompass, which decodes as its models.yaml says per model.
+    takes_model_decoding = True
 
     def prepare_train(self, settings: dict, train_dir: Path) -> dict:
         source = _check_source(settings)

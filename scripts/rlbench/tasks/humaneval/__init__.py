@@ -62,8 +62,10 @@ signature and docstring so that the function passes hidden unit tests.
   - Prompt: one user message, "{instruction_head}..." followed by the problem's `prompt`. The
     chat template renders it, with the generation prompt (see "How prompts are rendered"). `task.py:format_prompt`
     builds exactly this message.
-  - Generation: greedy, at most {max_new_tokens} new tokens, stopping at the model's
-    end-of-sequence token(s).
+  - Generation: as the base model's registry entry decodes it, as the reference's models.yaml
+    does (greedy for most models; Qwen3 models sample at temperature 0.6, top_p 0.95, top_k 20,
+    thinking on, seeded), at most {max_new_tokens} new tokens (the dataset config sets no length:
+    the model's, 38,912 for Qwen3 models), stopping at the model's end-of-sequence token(s).
   - Post-processing (`task.py:extract_answer`): drop any `<think>...</think>` section and strip
     the reply; if it contains a fenced code block (```python ... ```), keep the first block only;
     remove leading whitespace. Write the complete function (signature included) in one code
@@ -212,6 +214,8 @@ def problems(settings: dict) -> list[dict]:
 class HumanEval(Task):
     name = "humaneval"
     public_module_path = PUBLIC
+    # The reference scores it through OpenCompass, which decodes as its models.yaml says per model.
+    takes_model_decoding = True
 
     def prepare_train(self, settings: dict, train_dir: Path) -> dict:
         train = problems(settings)[:TRAIN_PROBLEMS][: settings.get("train_size") or None]
@@ -267,7 +271,11 @@ class HumanEval(Task):
     def rollout(self, settings: dict) -> SingleTurn:
         public, protocol = self.public_module(), opencompass_protocol()
         return SingleTurn(
-            lambda row: public.format_prompt(row, protocol), max_new_tokens(settings), protocol["stop"] or None
+            lambda row: public.format_prompt(row, protocol),
+            max_new_tokens(settings),
+            protocol["stop"] or None,
+            # The dataset config sets no length: the model's decoding may (unless the sweep shortens it).
+            model_length=not settings.get("max_new_tokens"),
         )
 
     def scorer(self, settings: dict) -> ExecutionScorer:

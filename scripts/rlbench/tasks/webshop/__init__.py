@@ -367,6 +367,10 @@ class WebShop(Task):
     def exposed_files(self, settings: dict) -> dict:
         return {"task.py": PUBLIC, "LICENSE-RD-Agent-prompts": RD_AGENT_LICENSE}
 
+    def training_split_keys(self, settings: dict) -> tuple[str, ...]:
+        # The reference's goals: training goals are the sessions after the held-out ones.
+        return ("eval_size",) if _is_hub(settings) else ()
+
     # -- evaluation -----------------------------------------------------------------------
     def rollout(self, settings: dict):
         return WebShopRollout(settings)
