@@ -63,6 +63,7 @@ rule prepare_model:
     conda:
         "../envs/rlbench.yaml"
     params:
-        spec=get_model_spec,
+        # The weights' recipe: the registry entry but its decoding (generation:), which reruns evaluations only.
+        spec=lambda wildcards: {k: v for k, v in get_model_spec(wildcards).items() if k != "generation"},
     script:
         "../scripts/prepare_model.py"
