@@ -15,6 +15,11 @@ A judge that always favours the first slot with P(m) = p gives forward 2 - p and
 in an order drawn at random per instruction; asking both orders costs twice the calls and removes
 that draw's noise.) A pair whose outputs are identical is a tie without a call, as in AlpacaEval.
 
+A single-order annotator (rlbench.scoring.judges.annotators: the function-calling ranking annotators) asks
+each pair once instead, in alpaca_eval's order: `forward` when the hash keeps the reference first,
+`swapped` when it shows the model first (the other order is a Verdict with parser "not_asked"), and
+the pair's preference is that one verdict's, mapped back with 3 - x when swapped.
+
 A pair is judged only when both orders are: if either call still fails after its retries, the
 pair's preference is None and the evaluation drops it (it is neither a win nor a loss) and counts
 the failure by kind (see `failure_summary`).
@@ -40,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rlbench.scoring.judges.annotators import Annotator, get_annotator, is_switched
 from rlbench.scoring.judges.cache import JudgmentCache, cache_key, text_cache_key
-from rlbench.scoring.judges.prompt import ANNOTATOR, render_messages, template_sha256
 
 #: The kinds a failed judge call is counted under.
 FAILURE_KINDS = ("timeout", "connection", "http_error", "refusal", "unparsable", "too_long")
@@ -63,7 +68,9 @@ class Verdict:
     """One judge call (one order of one pair): a preference in [1, 2] for the order asked, or a failure."""
 
     preference: float | None = None
-    parser: str | None = None  # "logprobs", "text" (no logprobs returned), "next_token" (local), "identical"
+    # "logprobs", "text" (no logprobs returned), "next_token" (local), "ranking" (a function call), "identical",
+    # "not_asked" (the order a single-order annotator does not ask)
+    parser: str | None = None
     failure: str | None = None  # one of FAILURE_KINDS when there is no preference
     detail: str | None = None  # the failure's message, or the raw answer that did not parse
     attempts: int = 0  # requests sent for it (0: from the cache, or no call needed)
@@ -194,10 +201,11 @@ class Judge(ABC):
     #: True when asking again gives the same answer: its repeats (replicates) share cache entries.
     deterministic: bool = False
 
-    def __init__(self, cache_dir: Path | None = None, replicate: int = 0):
+    def __init__(self, cache_dir: Path | None = None, replicate: int = 0, annotator: Annotator | None = None):
         self.cache = JudgmentCache(cache_dir) if cache_dir is not None else None
         self.replicate = int(replicate)
         self.stats = CallStats()
+        self.annotator = annotator or get_annotator(None)
 
     @property
     @abstractmethod
@@ -233,8 +241,8 @@ class Judge(ABC):
         return {
             "backend": self.backend,
             "model": self.model,
-            "annotator": ANNOTATOR,
-            "template_sha256": template_sha256(),
+            "annotator": self.annotator.config,
+            "template_sha256": self.annotator.template_sha256(),
             "decoding": self.decoding(),
         }
 
@@ -245,25 +253,31 @@ class Judge(ABC):
         return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
 
     def compare(self, pairs: Sequence[Pair], *, replicate: int | None = None) -> list[Judgment]:
-        """Judge every pair in both orders. The replicate (default: the judge's own) is part of the
-        cache key of a non-deterministic judge, so repeat k > 0 re-asks it afresh; a deterministic
-        judge's repeats share replicate 0's answers."""
+        """Judge every pair in both orders (a single-order annotator: once, in alpaca_eval's order). The
+        replicate (default: the judge's own) is part of the cache key of a non-deterministic judge, so
+        repeat k > 0 re-asks it afresh; a deterministic judge's repeats share replicate 0's answers."""
         identity = self.identity()
         replicate = self.replicate if replicate is None else int(replicate)
         replicate_key = None if self.deterministic else replicate
-        # Both orders of every pair, as (messages, shown first, shown second).
-        calls = []
+        # Both orders of every pair, as (instruction, shown first, shown second); None = not asked.
+        single = self.annotator.single_order
+        calls: list[tuple[str, str, str] | None] = []
         for pair in pairs:
-            calls.append((pair.instruction, pair.output_1, pair.output_2))
-            calls.append((pair.instruction, pair.output_2, pair.output_1))
+            switched = is_switched(pair.instruction) if single else None
+            calls.append(None if switched else (pair.instruction, pair.output_1, pair.output_2))
+            calls.append(None if switched is False else (pair.instruction, pair.output_2, pair.output_1))
         verdicts: list[Verdict | None] = [None] * len(calls)
         pending: dict[str, list[int]] = {}  # key -> call indices (the same call twice is asked once)
         call_of: dict[str, Call] = {}
-        for index, (instruction, first, second) in enumerate(calls):
+        for index, call in enumerate(calls):
+            if call is None:
+                verdicts[index] = Verdict(parser="not_asked")
+                continue
+            instruction, first, second = call
             if first == second:
                 verdicts[index] = Verdict(preference=1.5, parser="identical")
                 continue
-            messages = render_messages(instruction, first, second)
+            messages = self.annotator.render(instruction, first, second)
             key = cache_key(identity, messages, first, second, replicate_key)
             record = self.cache.get(key) if self.cache is not None else None
             if record is not None and record.get("preference") is not None:
@@ -293,10 +307,14 @@ class Judge(ABC):
         judgments = []
         for i in range(len(pairs)):
             forward, swapped = verdicts[2 * i], verdicts[2 * i + 1]
-            both = forward.ok and swapped.ok
-            judgments.append(
-                Judgment(combine(forward.preference, swapped.preference) if both else None, forward, swapped)
-            )
+            if calls[2 * i] is None:  # single order, model shown first
+                preference = 3.0 - swapped.preference if swapped.ok else None
+            elif calls[2 * i + 1] is None:  # single order, reference shown first
+                preference = forward.preference
+            else:
+                both = forward.ok and swapped.ok
+                preference = combine(forward.preference, swapped.preference) if both else None
+            judgments.append(Judgment(preference, forward, swapped))
         return judgments
 
     def ask(

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlbench.scoring.judges.annotators import WEIGHTED_LOCAL, get_annotator
 from rlbench.scoring.judges.base import Answer, Call, Judge, JudgeError, Verdict, preference_from_logprobs
 from rlbench.scoring.judges.prompt import FIRST_TOKEN, PLACEHOLDERS, SECOND_TOKEN, render_messages
 
@@ -81,7 +82,8 @@ class LocalJudge(Judge):
         cache_dir: Path | None = None,
         replicate: int = 0,
     ):
-        super().__init__(cache_dir, replicate)
+        # A small local model cannot make function calls: it always runs the weighted prompt.
+        super().__init__(cache_dir, replicate, get_annotator(WEIGHTED_LOCAL))
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise JudgeError(

@@ -9,6 +9,12 @@ preference = 2 - P(m). An endpoint that returns no logprobs is read from its tex
 ("m" -> 1, "M" -> 2, anything else unparsable); each verdict records which parser gave it.
 `logprobs: false` asks for the text only (endpoints that refuse the logprobs parameters).
 
+A ranking annotator (`judge.annotator: reference_gpt52_fn` or `paper_gpt4o`,
+rlbench.scoring.judges.annotators) is asked as alpaca_eval's openai_completions asks with the reference's
+configs.yaml: max_tokens 100, temperature 0, top_p 1, the make_partial_leaderboard tool forced; its answer
+(the tool call's arguments) is read with alpaca_eval's parser, and a refused or unparsable answer is not
+asked again (alpaca_eval parses each answer once).
+
 Free-text prompts (Judge.ask, for grading tasks) are sent as they are, with the max_tokens the task
 asks for, the judge's temperature, top_p 1 and no logprobs; the answer is the message's content
 (a response without a content string is unparsable).
@@ -31,6 +37,7 @@ from typing import Any, Callable, TypeVar
 
 import requests
 
+from rlbench.scoring.judges.annotators import Annotator, parse_ranking, ranking_answer_text, ranking_decoding
 from rlbench.scoring.judges.base import Answer, Call, Judge, JudgeError, Verdict, preference_from_logprobs
 from rlbench.scoring.judges.prompt import FIRST_TOKEN, SECOND_TOKEN
 
@@ -92,6 +99,19 @@ def parse_completion(body: Any) -> Verdict:
     return Verdict(preference=preference, parser="text")
 
 
+def parse_ranking_completion(body: Any) -> Verdict:
+    """A chat-completions response body to a ranking prompt -> m's rank as the verdict's preference (1 or 2,
+    parser "ranking"), or refusal / unparsable (alpaca_eval's NaN)."""
+    choice, message = _first_choice(body)
+    if isinstance(choice, str):
+        return Verdict(failure=choice, detail=message)
+    text = ranking_answer_text(message)
+    preference = parse_ranking(text)
+    if preference is None:
+        return Verdict(failure="unparsable", detail=f"no rank of m in {str(text)[:200]!r}")
+    return Verdict(preference=preference, parser="ranking")
+
+
 def parse_text_completion(body: Any) -> Answer:
     """A chat-completions response body -> the answer's text (a string, possibly empty), or a
     refusal, or unparsable when there is no content string. A reply cut at max_tokens says so in
@@ -117,7 +137,7 @@ def _error_failure(response: requests.Response) -> tuple[str, str]:
 
 class OpenAIJudge(Judge):
     backend = "openai"
-    deterministic = False  # sampled at temperature 1, and hosted models drift: repeats are re-asked
+    deterministic = False  # sampled (the weighted prompt at temperature 1), and hosted models drift even at 0: re-asked
 
     def __init__(
         self,
@@ -129,14 +149,15 @@ class OpenAIJudge(Judge):
         max_retries: int = 3,
         retry_backoff_s: float = 1.0,
         concurrency: int = 8,
-        temperature: float = 1.0,
-        max_tokens: int = 1,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
         top_logprobs: int = 5,
         logprobs: bool = True,
         cache_dir: Path | None = None,
         replicate: int = 0,
+        annotator: Annotator | None = None,
     ):
-        super().__init__(cache_dir, replicate)
+        super().__init__(cache_dir, replicate, annotator)
         if not model:
             raise JudgeError("the openai judge needs judge.model: the model name its endpoint serves")
         self._model = model
@@ -146,8 +167,10 @@ class OpenAIJudge(Judge):
         self.max_retries = int(max_retries)
         self.retry_backoff_s = float(retry_backoff_s)
         self.concurrency = max(1, int(concurrency))
-        self.temperature = temperature
-        self.max_tokens = int(max_tokens)
+        # None = the annotator's: the weighted prompt's 1 and 1 token, a ranking config's 0 and 100 tokens.
+        own = ranking_decoding() if self.annotator.ranking else {"temperature": 1.0, "max_tokens": 1}
+        self.temperature = own["temperature"] if temperature is None else temperature
+        self.max_tokens = int(own["max_tokens"] if max_tokens is None else max_tokens)
         self.top_logprobs = int(top_logprobs)
         self.logprobs = bool(logprobs)
         self._local = threading.local()
@@ -205,6 +228,9 @@ class OpenAIJudge(Judge):
             "temperature": self.temperature,
             "top_p": 1.0,
         }
+        if self.annotator.ranking:  # the config's tool, forced; no logprobs
+            decoding = ranking_decoding()
+            return {**body, "tool_choice": decoding["tool_choice"], "tools": decoding["tools"]}
         if self.logprobs:
             body.update(logprobs=True, top_logprobs=self.top_logprobs)
         return body
@@ -241,13 +267,21 @@ class OpenAIJudge(Judge):
             return result(failure="unparsable", detail=f"not JSON: {response.text[:200]!r}"), None
         return parse(parsed), None
 
-    def _post(self, body: dict, headers: dict, parse: Callable[[Any], Result], result: type[Result]) -> Result:
-        """Ask until an answer parses, at most 1 + max_retries times, backing off exponentially."""
+    def _post(
+        self,
+        body: dict,
+        headers: dict,
+        parse: Callable[[Any], Result],
+        result: type[Result],
+        final: tuple[str, ...] = (),
+    ) -> Result:
+        """Ask until an answer parses, at most 1 + max_retries times, backing off exponentially; a failure
+        of a kind in `final` is not asked again."""
         attempts = 0
         while True:
             answer, retry_after = self._post_once(body, headers, parse, result)
             attempts += 1
-            if answer.ok or attempts > self.max_retries:
+            if answer.ok or attempts > self.max_retries or answer.failure in final:
                 answer.attempts = attempts
                 return answer
             delay = self.retry_backoff_s * 2 ** (attempts - 1)
@@ -256,7 +290,10 @@ class OpenAIJudge(Judge):
             time.sleep(min(delay, MAX_BACKOFF_S))
 
     def _ask(self, messages: list[dict], headers: dict) -> Verdict:
-        """One pairwise prompt -> its verdict (retried)."""
+        """One pairwise prompt -> its verdict (retried; a ranking answer is parsed once, as alpaca_eval does)."""
+        if self.annotator.ranking:
+            final = ("refusal", "unparsable")
+            return self._post(self._request_body(messages), headers, parse_ranking_completion, Verdict, final)
         return self._post(self._request_body(messages), headers, parse_completion, Verdict)
 
     def _complete(self, messages: list[dict], max_tokens: int, headers: dict) -> Answer:

@@ -61,28 +61,39 @@ def template_sha256() -> str:
     return hashlib.sha256(template_text().encode()).hexdigest()
 
 
-@lru_cache(maxsize=None)
-def template_messages() -> tuple[tuple[str, str], ...]:
-    """(role, content-with-placeholders) per ChatML turn, split as alpaca_eval's prompt_to_chatml does."""
-    text = template_text().strip()
+def split_chatml_template(text: str, name: str) -> tuple[tuple[str, str], ...]:
+    """(role, content-with-placeholders) per ChatML turn of a pairwise template, split as alpaca_eval's
+    prompt_to_chatml does; `name` says which template it is in errors."""
+    text = text.strip()
     if not (text.startswith(_START) and text.endswith(_END)):
-        raise PromptTemplateError(f"the judge template {TEMPLATE} is not ChatML text")
+        raise PromptTemplateError(f"the judge template {name} is not ChatML text")
     messages = []
     for turn in text.split(_START)[1:]:
         role, _, rest = turn.partition("\n")
         messages.append((role.strip(), rest.split(_END, 1)[0].strip()))
     found = [m.group(1) for _, content in messages for m in _PLACEHOLDER.finditer(content)]
     if sorted(found) != sorted(PLACEHOLDERS):
-        raise PromptTemplateError(
-            f"the judge template {TEMPLATE} should hold each of {PLACEHOLDERS} once; found {found}"
-        )
+        raise PromptTemplateError(f"the judge template {name} should hold each of {PLACEHOLDERS} once; found {found}")
     return tuple(messages)
+
+
+@lru_cache(maxsize=None)
+def template_messages() -> tuple[tuple[str, str], ...]:
+    """(role, content-with-placeholders) per ChatML turn, split as alpaca_eval's prompt_to_chatml does."""
+    return split_chatml_template(template_text(), TEMPLATE)
+
+
+def fill_messages(
+    messages: tuple[tuple[str, str], ...], instruction: str, output_1: str, output_2: str
+) -> list[dict]:
+    """A split template's messages with the texts in their slots, in one pass (texts land verbatim)."""
+    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
+    return [
+        {"role": role, "content": _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), content)}
+        for role, content in messages
+    ]
 
 
 def render_messages(instruction: str, output_1: str, output_2: str) -> list[dict]:
     """The chat messages asking which of output_1 ("m") and output_2 ("M") answers the instruction better."""
-    values = {"instruction": instruction, "output_1": output_1, "output_2": output_2}
-    return [
-        {"role": role, "content": _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), content)}
-        for role, content in template_messages()
-    ]
+    return fill_messages(template_messages(), instruction, output_1, output_2)
