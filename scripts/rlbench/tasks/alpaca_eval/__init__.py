@@ -9,8 +9,21 @@
 
 Rollout: one user turn through the model's chat template, greedy, at most 512 new tokens, answer
 stripped (RD-Agent's protocol). Scorer: the task's judge (rlbench.scoring.judges, from the `judge:` block)
-compares each answer with the reference in both orders; alpaca_eval's own code turns the
-preferences into win rates (winrate.py). Failed judge calls drop their instruction and are counted.
+compares each answer with the reference as its annotator says (`judge.annotator`,
+rlbench.scoring.judges.annotators), recorded in the metrics as `annotator`:
+
+- `reference_gpt52_fn` (the hub default, the reference harness's `annotators_gpt52_fn`): alpaca_eval's
+  function-calling ranking prompt on gpt-5.2, temperature 0, one call per instruction in alpaca_eval's
+  seeded order, a discrete preference; a failed call is alpaca_eval's NaN (out of the win rate, still
+  predicted by the LC GLM);
+- `paper_gpt4o` (the paper's): the same on gpt-4o; a failed or refused call is a loss;
+- `weighted_gpt4_turbo` (this project's earlier protocol): AlpacaEval 2.0's weighted m/M prompt on
+  gpt-4-1106-preview in both orders; a failed call drops its instruction;
+- `weighted_local` (any local judge, the offline default): the weighted prompt read by a local model.
+
+alpaca_eval's own code turns the preferences into win rates (winrate.py): its length-controlled win rate
+(the GLM fitted on the preferences, discrete or weighted, as the reference's `alpaca_eval.evaluate` does).
+Failed judge calls are counted by kind.
 """
 
 from __future__ import annotations
@@ -67,7 +80,7 @@ lists, rewriting, brainstorming, coding, small math word problems.
   template (`task.py:format_prompt`; see "How prompts are rendered"), decoded greedily with at most {max_new_tokens} new
   tokens, and the answer is stripped.
 - Scoring: an LLM judge ({judge_desc}) compares each answer with a strong reference answer to the
-  same instruction, twice, once in each order, using AlpacaEval 2.0's judge prompt. The metric is
+  same instruction ({annotator_desc}). The metric is
   AlpacaEval 2.0's length-controlled win rate against the references, 0-100 (50 = as good as the
   reference), computed by the alpaca_eval package ({lc_desc}). Length control means a longer answer
   is not better just for being longer. The raw win rate is reported beside it.
@@ -151,8 +164,11 @@ def lc_method(settings: dict) -> str:
 class WinRateScorer:
     """The judge's preferences for the model's answers over the references, as AlpacaEval metrics.
     Primary: `length_controlled_winrate` (`lc_method` names the GLM), or `win_rate` when no GLM can
-    be fitted. Judge failures: `judge_failures` (failed calls), `judge_failures_by_kind`,
-    `judge_dropped` (instructions left out of every rate)."""
+    be fitted. `annotator` names the judge's protocol (rlbench.scoring.judges.annotators) and
+    `judge_model` the model asked. Judge failures: `judge_failures` (failed calls),
+    `judge_failures_by_kind`, `judge_failure_rule` (what a failed instruction became: `drop`, `alpaca_eval`
+    or `loss`), `judge_dropped` (instructions left out of the win rate: of every rate under `drop`; under
+    `alpaca_eval` the LC GLM still predicts them) and `judge_failures_as_losses` (under `loss`)."""
 
     lc_method: str
 
@@ -162,7 +178,10 @@ class WinRateScorer:
         outputs = [(sample or "").strip() for sample in samples]
         if len(outputs) != len(rows):
             raise RuntimeError(f"{len(outputs)} answers for {len(rows)} instructions")
+        from rlbench.scoring.judges.annotators import ALPACA_EVAL_NAN, LOSS
+
         judge = ctx.judge()
+        annotator = judge.annotator
         judgments = judge.compare([Pair(r["instruction"], r["reference"], o) for r, o in zip(rows, outputs)])
         failures = failure_summary(judgments)
         if rows and failures["instructions"] == len(rows):
@@ -173,36 +192,46 @@ class WinRateScorer:
         if failures["count"]:
             print(f"judge failures: {failures}", file=sys.stderr)
         reference = rows[0].get("reference_generator", "reference") if rows else "reference"
+        as_loss = annotator.on_failure == LOSS
+        # A loss: output_1 (the reference) preferred.
+        preferences = [1.0 if j.preference is None and as_loss else j.preference for j in judgments]
         metrics = compute_metrics(
             [
                 {"index": r["index"], "instruction": r["instruction"], "output_1": r["reference"], "output_2": o,
-                 "preference": j.preference}
-                for r, o, j in zip(rows, outputs, judgments)
+                 "preference": p}
+                for r, o, p in zip(rows, outputs, preferences)
             ],  # fmt: skip
             lc_method=self.lc_method,
             reference_name=reference,
             model_name=MODEL_NAME,
+            keep_failed=annotator.on_failure == ALPACA_EVAL_NAN,
         )
         metrics.update(
+            annotator=annotator.name,
+            judge_model=judge.model,
             judge_failures=failures["count"],
             judge_failures_by_kind=failures["by_kind"],
-            judge_dropped=failures["instructions"],
+            judge_failure_rule=annotator.on_failure,
+            judge_dropped=0 if as_loss else failures["instructions"],
+            judge_failures_as_losses=failures["instructions"] if as_loss else 0,
             judge_requests=judge.stats.requests,
             judge_cache_hits=judge.stats.cache_hits,
             judge_backend=judge.backend,
         )
-        items = [
-            {
-                "id": r["id"],
-                "preference": j.preference,
-                "forward": j.forward.preference,
-                "swapped": j.swapped.preference,
-                "parser": j.forward.parser,
-                "failure": j.forward.failure or j.swapped.failure,
-                "output": o,
-            }
-            for r, o, j in zip(rows, outputs, judgments)
-        ]
+        items = []
+        for r, o, j, p in zip(rows, outputs, judgments, preferences):
+            asked = j.swapped if j.forward.parser == "not_asked" else j.forward
+            items.append(
+                {
+                    "id": r["id"],
+                    "preference": p,
+                    "forward": j.forward.preference,
+                    "swapped": j.swapped.preference,
+                    "parser": asked.parser,
+                    "failure": j.forward.failure or j.swapped.failure,
+                    "output": o,
+                }
+            )
         primary = primary_metric(metrics)
         stands_for = "length_controlled_winrate" if primary != "length_controlled_winrate" else None
         return EvalResult(metrics=metrics, primary=primary, n=len(rows), items=items, stands_for=stands_for)
@@ -315,7 +344,10 @@ class AlpacaEval(Task):
             train_desc = "Alpaca-style instruction-answer pairs"
             eval_desc = f"{size} held-out instructions" if size else "a held-out set of instructions"
             lc_desc = "`length_controlled_minimal`: the same GLM without per-instruction difficulty"
+        from rlbench.scoring.judges import configured_annotator
+
         return DESCRIPTION.format(
+            annotator_desc=configured_annotator(judge).summary,
             train_desc=train_desc,
             eval_desc=eval_desc,
             max_new_tokens=max_new_tokens(settings),

@@ -16,6 +16,10 @@
     difficulties (not in the formula) enter this GLM, so it is handed a stand-in of zeros.
   - When no GLM can be fitted (fewer than 5 judged instructions for its 5-fold CV, or no length
     variation) the primary is the raw win rate and `lc_method` is `win_rate`.
+
+An instruction the judge left without a preference is either dropped from every rate (`keep_failed=False`)
+or kept as alpaca_eval keeps it (`keep_failed=True`: a NaN preference, which its win rate leaves out and its
+LC GLM, fitted on the other rows, still predicts: the mean runs over every instruction).
 """
 
 from __future__ import annotations
@@ -124,12 +128,14 @@ def compute_metrics(
     lc_method: str,
     reference_name: str = "reference",
     model_name: str = "model",
+    keep_failed: bool = False,
 ) -> dict:
     """AlpacaEval metrics of one model against the reference.
 
     rows: one per instruction, in the eval set's order: `index` (for `length_controlled_v1`, the
     instruction's position among AlpacaEval's 805), `output_1` (reference), `output_2` (model) and
-    `preference` (in [1, 2]; None = the judge failed on it: left out of every rate).
+    `preference` (in [1, 2]; None = the judge failed on it: left out of every rate, or with
+    `keep_failed` kept as alpaca_eval keeps a NaN preference: out of the win rate, in the LC mean).
     Returns the metrics with `lc_method` naming the GLM that gave `length_controlled_winrate`
     (`win_rate` when none could run: then that key is None) and `avg_length` (model output, chars).
     """
@@ -140,6 +146,7 @@ def compute_metrics(
 
     lengths = [len(r["output_2"]) for r in rows]
     judged = [r for r in rows if r.get("preference") is not None]
+    n_judged = len(judged)
     base = {
         "avg_length": round(sum(lengths) / len(lengths), 2) if lengths else None,
         "n_instructions": len(rows),
@@ -149,6 +156,8 @@ def compute_metrics(
                 "length_controlled_winrate": None, "lc_standard_error": None}  # fmt: skip
     # Reference against itself: alpaca_eval's own shortcut (same generator -> exactly 50).
     same = all(r["output_1"] == r["output_2"] for r in judged)
+    if keep_failed and not same:
+        judged = list(rows)  # in order: failed rows keep their place (and AlpacaEval index) as NaN
     frame = pd.DataFrame(
         {
             "instruction": [r.get("instruction", "") for r in judged],
@@ -156,15 +165,15 @@ def compute_metrics(
             "output_2": [r["output_2"] for r in judged],
             "generator_1": reference_name,
             "generator_2": reference_name if same else model_name,
-            "preference": [float(r["preference"]) for r in judged],
+            "preference": [math.nan if r.get("preference") is None else float(r["preference"]) for r in judged],
         },
         index=pd.Index([int(r["index"]) for r in judged]),
     )
-    deltas = frame["output_1"].str.len() - frame["output_2"].str.len()
-    fittable = same or (len(frame) >= MIN_ROWS_FOR_GLM and float(deltas.std()) > 0)
+    deltas = (frame["output_1"].str.len() - frame["output_2"].str.len())[frame["preference"].notna()]
+    fittable = same or (n_judged >= MIN_ROWS_FOR_GLM and float(deltas.std()) > 0)
     if not fittable:
         result = {k: _plain(v) for k, v in metrics_module.get_winrate(frame).items()}
-        reason = "too_few_judged" if len(frame) < MIN_ROWS_FOR_GLM else "no_length_variation"
+        reason = "too_few_judged" if n_judged < MIN_ROWS_FOR_GLM else "no_length_variation"
         return {**base, **result, "lc_method": WIN_RATE, "lc_unavailable": reason,
                 "length_controlled_winrate": None, "lc_standard_error": None}  # fmt: skip
     from alpaca_eval.metrics import glm_winrate
