@@ -46,3 +46,22 @@ def test_leaderboard_flags_deltas_inside_the_grader_noise_band(tmp_path):
     assert rows["inside"]["within_noise"] == "yes" and rows["inside"]["grader_noise"] == "0.5"
     assert rows["outside"]["within_noise"] == "no"
     assert rows["unknown"]["within_noise"] == "" and rows["unknown"]["grader_noise"] == ""
+
+
+def test_the_leaderboard_says_which_protocol_and_baseline_each_row_is_in(tmp_path):
+    """A score means what its protocol variant means: the leaderboard names it (blank when the task has
+    none), the baseline Δ used and the mean of the baseline's repeats beside it."""
+    from rlbench.analysis.report import leaderboard_row
+
+    summary = {
+        "labels": {"task": "webshop", "model": "m", "agent": "copy", "seed": "0"}, "level": "L3",
+        "status": "completed", "submissions": 1, "baseline": 4.0, "baseline_choice": "mean", "baseline_mean": 4.0,
+        "best": 4.5, "delta": 0.5, "eval_metrics": {"goals": "synthetic", "success_rate": 4.5},
+        "decoding": {"temperature": 0.6},
+    }
+    row = leaderboard_row(summary)
+    assert row["protocol"] == "goals=synthetic; decoding=sampled"
+    assert (row["baseline"], row["baseline_choice"], row["baseline_mean"]) == (4.0, "mean", 4.0)
+    plain = leaderboard_row({**summary, "eval_metrics": {"accuracy": 1.0}, "decoding": {"temperature": 0.0},
+                             "baseline_choice": None, "baseline_mean": None})
+    assert plain["protocol"] == "" and plain["baseline_choice"] == "first" and plain["baseline_mean"] == ""

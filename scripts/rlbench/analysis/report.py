@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rlbench.analysis.stats import noise_band, number, seed_order, within_noise
+from rlbench.analysis.stats import noise_band, number, protocol_text, seed_order, within_noise
 from rlbench.fileio.jsonio import read_json
 
 # scaffold: the coding-agent tool (claude-code, codex, ...) or "reference" for the scripted reference agents;
@@ -15,6 +15,9 @@ from rlbench.fileio.jsonio import read_json
 # metric: the primary metric baseline, best and delta are in; grader_noise: the task's grader-noise band
 # (± points, half the range of K baseline evaluations; 0 for a deterministic grader, blank when unknown);
 # within_noise: "yes" when |delta| <= grader_noise (rlbench.analysis.stats.within_noise), blank when either is unknown.
+# protocol: which variant of the task's protocol the scores are in (rlbench.analysis.stats.protocol_labels:
+# e.g. "goals=synthetic", "annotator=reference_gpt52_fn; lc_method=length_controlled_v1", "decoding=sampled");
+# blank for a task without variants.
 # baseline: the score delta is computed against; baseline_choice: which one it is (config evaluation.baseline_score:
 # "first", the first evaluation, as the reference; "mean", the mean of the K repeats); baseline_mean: that mean
 # (blank for runs summarized before it was recorded).
@@ -22,6 +25,7 @@ LEADERBOARD_COLUMNS = (
     "task",
     "level",
     "metric",
+    "protocol",
     "model",
     "agent",
     "scaffold",
@@ -61,6 +65,7 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
         "task": labels["task"],
         "level": summary["level"],
         "metric": summary.get("primary_metric") or "",
+        "protocol": protocol_text(summary),
         "model": labels["model"],
         "agent": labels["agent"],
         "scaffold": summary.get("scaffold") or "reference",

@@ -49,6 +49,32 @@ def as_dict(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+#: Metric keys that name which variant of a task's protocol a score was measured with (the reference's
+#: or one of ours): WebShop's goal set, DeepSearchQA's prompt and judge prompt, AlpacaEval's annotator and
+#: length-controlled method, the search provider.
+PROTOCOL_LABELS = ("goals", "prompt", "judge_prompt", "annotator", "lc_method", "search_provider")
+
+
+def protocol_labels(summary: dict) -> dict:
+    """The protocol variant a run's scores are in: its evaluation's PROTOCOL_LABELS (the final
+    evaluation's, else the baseline's) and `decoding: sampled` when the model was sampled."""
+    labels = {}
+    for part in ("eval_metrics", "baseline_metrics"):
+        metrics = as_dict(summary.get(part))
+        for key in PROTOCOL_LABELS:
+            if isinstance(metrics.get(key), str) and key not in labels:
+                labels[key] = metrics[key]
+    decoding = as_dict(summary.get("decoding"))
+    if float(decoding.get("temperature") or 0) > 0:
+        labels["decoding"] = "sampled"
+    return labels
+
+
+def protocol_text(summary: dict) -> str:
+    """protocol_labels as "key=value; ..." (blank: the task has no variants)."""
+    return "; ".join(f"{k}={v}" for k, v in protocol_labels(summary).items())
+
+
 def seed_order(seed: str) -> tuple:
     """Numeric seeds in numeric order, then any other seed label in text order."""
     return (0, int(seed), "") if str(seed).lstrip("-").isdigit() else (1, 0, str(seed))

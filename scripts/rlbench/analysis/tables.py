@@ -20,6 +20,7 @@ from rlbench.analysis.stats import (
     number,
     pass_at_k,
     percent,
+    protocol_text,
     run_delta,
     run_label,
     sample_std,
@@ -64,22 +65,16 @@ def _n_label(counts: list[int]) -> str | None:
 
 
 def _metric_notes(summaries: list[dict], tasks: list[str]) -> list[str]:
-    """Per task: the primary metric the scores are in, and for AlpacaEval the length-controlled method."""
+    """Per task: the primary metric the scores are in, and the protocol variants they were measured
+    with (stats.protocol_labels: WebShop's goals, AlpacaEval's annotator and length-controlled method, ...)."""
     notes = []
     for task in tasks:
         runs = [s for s in summaries if run_label(s, "task") == task]
         metrics = sorted({str(s["primary_metric"]) for s in runs if s.get("primary_metric")})
         text = f"{task}: " + (" / ".join(metrics) if metrics else "metric not recorded")
-        lc_methods = sorted(
-            {
-                str(as_dict(s.get(part)).get("lc_method"))
-                for s in runs
-                for part in ("eval_metrics", "baseline_metrics")
-                if as_dict(s.get(part)).get("lc_method")
-            }
-        )
-        if lc_methods:
-            text += f" (length-controlled method: {', '.join(lc_methods)})"
+        variants = sorted({protocol_text(s) for s in runs} - {""})
+        if variants:
+            text += f" (protocol: {' | '.join(variants)})"
         notes.append(text)
     return notes
 

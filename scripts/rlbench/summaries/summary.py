@@ -96,6 +96,7 @@ def summarize(
     # whole metrics dicts, and the grader's noise measured on the baseline (its band goes beside delta).
     summary["primary_metric"] = final.get("primary_metric") or baseline.get("primary_metric")
     summary["eval_metrics"] = final.get("metrics")
+    summary["decoding"] = final.get("decoding") or baseline.get("decoding")  # the model's (generation.decoding)
     summary["baseline_metrics"] = final.get("baseline_metrics") or baseline.get("metrics")
     summary["grader_noise"] = final.get("grader_noise") or baseline.get("grader_noise")
     summary.update(run_overview(run_dir, run, meta, submissions, records))
