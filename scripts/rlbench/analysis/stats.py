@@ -51,8 +51,8 @@ def as_dict(value) -> dict:
 
 #: Metric keys that name which variant of a task's protocol a score was measured with (the reference's
 #: or one of ours): WebShop's goal set, DeepSearchQA's prompt and judge prompt, AlpacaEval's annotator and
-#: length-controlled method, the search provider.
-PROTOCOL_LABELS = ("goals", "prompt", "judge_prompt", "annotator", "lc_method", "search_provider")
+#: length-controlled method, the judge's model, the search provider.
+PROTOCOL_LABELS = ("goals", "prompt", "judge_prompt", "annotator", "judge_model", "lc_method", "search_provider")
 
 
 def protocol_labels(summary: dict) -> dict:
