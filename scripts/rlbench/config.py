@@ -253,6 +253,7 @@ def validate_config(
             if name not in invalid:
                 problems += task_problems(task_settings(config, registries, name))
     problems += _narrative_problems(config["report"]["narrative"], registries)
+    problems += _text_judge_problems("audit.judge", config["audit"].get("judge"), registries, "set audit.judge: null")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return canonical(config)
@@ -262,19 +263,27 @@ def _narrative_problems(narrative: dict, registries: Registries) -> list[str]:
     """The optional LLM narrative needs a judge that writes text: openai, or local with a registered model."""
     if not narrative.get("enabled"):
         return []
-    judge = narrative.get("judge") or {}
+    return _text_judge_problems(
+        "report.narrative.judge", narrative.get("judge") or {}, registries, "set report.narrative.enabled: false"
+    )
+
+
+def _text_judge_problems(key: str, judge: dict | None, registries: Registries, off: str) -> list[str]:
+    """A judge that writes text (the narrative's, the trace judge's): openai, or local with a registered
+    model; None: the feature is off."""
+    if judge is None:
+        return []
     backend = judge.get("backend")
     if backend not in ("openai", "local"):
         return [
-            f"'report.narrative.judge.backend' is {backend!r}; the narrative needs a judge that writes text: "
-            "give report.narrative.judge as {backend: openai, model: ...} or {backend: local, model: <models entry>}, "
-            "or set report.narrative.enabled: false"
+            f"'{key}.backend' is {backend!r}; it needs a judge that writes text: "
+            f"give {key} as {{backend: openai, model: ...}} or {{backend: local, model: <models entry>}}, or {off}"
         ]
     if not judge.get("model"):
-        return ["'report.narrative.judge.model' is missing; name the judge's model"]
+        return [f"'{key}.model' is missing; name the judge's model"]
     if backend == "local" and judge["model"] not in registries.models:
         return [
-            f"'report.narrative.judge.model' is {judge['model']!r}, which is not in config/models/; "
+            f"'{key}.model' is {judge['model']!r}, which is not in config/models/; "
             f"allowed values: {', '.join(sorted(registries.models))}"
         ]
     return []

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlbench.analysis import figures, tables
+from rlbench.analysis.stats import apply_flag_policy
 from rlbench.analysis.tablefiles import Table
 from rlbench.config import report_settings
 from rlbench.paths import REPORT_CAPTIONS_DIR
@@ -148,10 +149,13 @@ def build_tables(summaries: list[dict], settings: dict | None = None) -> dict[st
     defaults: rlbench.config.report_settings)."""
     settings = report_settings(settings)
     summaries = [s for s in summaries if isinstance(s, dict)]
+    # Flagged runs (the audit's integrity verdict) enter the tables as report.flagged says, noted in each.
+    summaries, flag_note = apply_flag_policy(summaries, settings["flagged"])
     decimals = int(settings["decimals"])
     built = {}
     for item in TABLES.values():
         table = item.builder(summaries, settings)
         table.name, table.title, table.decimals = item.name, item.title, decimals
+        table.notes = [*table.notes, *flag_note]
         built[item.name] = table
     return built

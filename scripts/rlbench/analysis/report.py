@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rlbench.analysis.stats import noise_band, number, protocol_text, seed_order, within_noise
+from rlbench.analysis.stats import integrity_text, noise_band, number, protocol_text, seed_order, within_noise
 from rlbench.fileio.jsonio import read_json
 
 # scaffold: the coding-agent tool (claude-code, codex, ...) or "reference" for the scripted reference agents;
@@ -15,6 +15,10 @@ from rlbench.fileio.jsonio import read_json
 # metric: the primary metric baseline, best and delta are in; grader_noise: the task's grader-noise band
 # (± points, half the range of K baseline evaluations; 0 for a deterministic grader, blank when unknown);
 # within_noise: "yes" when |delta| <= grader_noise (rlbench.analysis.stats.within_noise), blank when either is unknown.
+# integrity: the audit's verdict (integrity.json): "clean", "flagged: <reasons>" (held-out items in what the
+# agent wrote or its driver said, a best submission unrelated to the base model, a trace judge's verdict) or
+# "incomplete: <check that did not run>"; blank for runs summarized before the audit. The leaderboard lists
+# flagged runs as scored whatever report.flagged says (that setting is the paper tables').
 # protocol: which variant of the task's protocol the scores are in (rlbench.analysis.stats.protocol_labels:
 # e.g. "goals=synthetic", "annotator=reference_gpt52_fn; lc_method=length_controlled_v1", "decoding=sampled");
 # blank for a task without variants.
@@ -42,6 +46,7 @@ LEADERBOARD_COLUMNS = (
     "submissions",
     "status",
     "mode_violation",
+    "integrity",
 )
 
 
@@ -82,6 +87,7 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
         "submissions": summary["submissions"],
         "status": summary["status"],
         "mode_violation": _violation(summary),
+        "integrity": integrity_text(summary),
     }
 
 

@@ -75,6 +75,45 @@ def protocol_text(summary: dict) -> str:
     return "; ".join(f"{k}={v}" for k, v in protocol_labels(summary).items())
 
 
+FLAG_POLICIES = ("keep", "baseline", "drop")
+
+
+def is_flagged(summary: dict) -> bool:
+    """Whether the run's audit flagged it (summary.json `integrity`, from integrity.json)."""
+    return as_dict(summary.get("integrity")).get("status") == "flagged"
+
+
+def integrity_text(summary: dict) -> str:
+    """The leaderboard's integrity cell: "clean", "flagged: <reasons>", "incomplete: ...", blank when the
+    run was summarized before the audit existed."""
+    integrity = as_dict(summary.get("integrity"))
+    return str(integrity.get("label") or integrity.get("status") or "")
+
+
+def apply_flag_policy(summaries: list[dict], policy: str) -> tuple[list[dict], list[str]]:
+    """The summaries the paper tables use under config report.flagged, and the note that says so:
+    keep (as they are), baseline (a flagged run scored as the base model: best = baseline, delta 0, as
+    PostTrainBench scores them) or drop (left out)."""
+    if policy not in FLAG_POLICIES:
+        raise ValueError(f"report.flagged {policy!r}: allowed {', '.join(FLAG_POLICIES)}")
+    flagged = [s for s in summaries if is_flagged(s)]
+    if not flagged:
+        return summaries, []
+    names = ", ".join(
+        "/".join(str(as_dict(s.get("labels")).get(k, "?")) for k in ("task", "model", "agent", "seed")) for s in flagged
+    )
+    if policy == "drop":
+        kept = [s for s in summaries if not is_flagged(s)]
+        return kept, [f"Integrity: {len(flagged)} flagged run(s) left out (report.flagged: drop): {names}."]
+    if policy == "baseline":
+        rescored = [
+            {**s, "best": s.get("baseline"), "delta": 0.0 if s.get("baseline") is not None else None} if is_flagged(s) else s
+            for s in summaries
+        ]
+        return rescored, [f"Integrity: {len(flagged)} flagged run(s) scored as the base model (report.flagged: baseline): {names}."]
+    return summaries, [f"Integrity: {len(flagged)} flagged run(s) kept as scored (report.flagged: keep; see the leaderboard's integrity column): {names}."]
+
+
 def seed_order(seed: str) -> tuple:
     """Numeric seeds in numeric order, then any other seed label in text order."""
     return (0, int(seed), "") if str(seed).lstrip("-").isdigit() else (1, 0, str(seed))

@@ -27,6 +27,21 @@ def _mode_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _integrity_lines(summary: dict) -> list[str]:
+    """The audit's verdict (integrity.json): one line, one more per reason or check that did not run."""
+    integrity = summary.get("integrity")
+    if not isinstance(integrity, dict):
+        return []
+    status = integrity.get("status")
+    text = "clean" if status == "clean" else f"**{str(status).upper()}**"
+    details = [f"lineage: {integrity['lineage']}"] if integrity.get("lineage") else []
+    details.append(f"held-out items found: {integrity.get('contaminated_items', 0)}")
+    lines = [f"- integrity: {text} ({'; '.join(details)})"]
+    lines += [f"  - {reason}" for reason in integrity.get("reasons") or []]
+    lines += [f"  - not checked: {problem}" for problem in integrity.get("incomplete") or []]
+    return lines
+
+
 def _noise_note(summary: dict) -> str:
     """" (metric; grader noise ±band over K baseline evaluations)" where known."""
     parts = [summary["primary_metric"]] if summary.get("primary_metric") else []
@@ -115,6 +130,7 @@ def summary_markdown(summary: dict, records: list[dict]) -> str:
         f"- route: {summary['route']} (coding success: {yes[summary['coding_success']]}, "
         f"improvement success: {yes[summary['improvement_success']]})",
         *_mode_lines(summary),
+        *_integrity_lines(summary),
         f"- baseline {fmt(summary['baseline'])}, best {fmt(summary['best'])}, delta {fmt(summary['delta'], True)}"
         + _noise_note(summary),
         f"- submissions: {summary['submissions']} ({summary['valid_submissions']} valid: score > 0; "

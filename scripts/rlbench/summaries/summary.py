@@ -27,6 +27,7 @@ def summarize(
     level: str | None = None,
     base_model: str | None = None,
     mode: str | None = None,
+    integrity: dict | None = None,
 ) -> tuple[dict, list[dict]]:
     """summary.json and the summary.jsonl records of one run directory.
 
@@ -83,6 +84,7 @@ def summarize(
         mode = manifest.get("mode") if isinstance(manifest, dict) else None
     summary["mode"] = mode or "free"
     summary["mode_audit"] = audit_run_mode(run_dir, mode, ledger, baseline.get("fingerprint"), base_model)
+    summary["integrity"] = integrity_summary(integrity)
     # The paper's leaderboard groups by (scaffold, driver LLM, mode): the coding-agent tool and its driver for
     # LLM agents (run.json `llm`), "reference" and no driver for the scripted reference agents. Token totals
     # come from the run's LLM gateway.
@@ -109,6 +111,29 @@ def summarize(
     for record in records:
         record["narrative"] = None
     return summary, records
+
+
+def integrity_summary(integrity: dict | None) -> dict | None:
+    """summary.json's `integrity` (ours): the audit's verdict (integrity.json: status clean / flagged /
+    incomplete, its label and reasons) and the lineage verdict and contamination counts it rests on;
+    None for a run audited before the audit existed."""
+    if not isinstance(integrity, dict):
+        return None
+    contamination = integrity.get("contamination") if isinstance(integrity.get("contamination"), dict) else {}
+    lineage = integrity.get("lineage") if isinstance(integrity.get("lineage"), dict) else {}
+    judge = integrity.get("trace_judge") if isinstance(integrity.get("trace_judge"), dict) else None
+    return {
+        "status": integrity.get("status"),
+        "label": integrity.get("label"),
+        "reasons": integrity.get("reasons") or [],
+        "incomplete": integrity.get("incomplete") or [],
+        "contaminated_items": len({str(m.get("item")) for m in contamination.get("flagged") or []}),
+        "lineage": lineage.get("verdict"),
+        "trace_judge": None if judge is None else {
+            "flagged": [v.get("kind") for v in judge.get("verdicts") or [] if isinstance(v, dict) and v.get("flagged")],
+            "failed": judge.get("judge_failed") or 0,
+        },
+    }
 
 
 def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], records: list[dict]) -> dict:
