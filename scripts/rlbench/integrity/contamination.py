@@ -459,18 +459,14 @@ def _workspace_files(workspace: Path, given: dict, budget: _Budget, counts: dict
             if not stat.S_ISREG(st.st_mode) or path.suffix.lower() not in TEXT_SUFFIXES or name in TOKENIZER_FILES:
                 continue
             where = {"kind": "workspace_file", "path": rel}
-            if rel in given and st.st_size <= MAX_FILE_BYTES:
+            if rel in given:
                 try:
-                    data = _read_nofollow(path, MAX_FILE_BYTES)
+                    unchanged = _sha256_nofollow(path) == given[rel]
                 except OSError:
                     continue
-                if hashlib.sha256(data).hexdigest() == given[rel]:
+                if unchanged:
                     counts["workspace_given"] += 1
                     continue
-                if budget.admit(len(data), **where):
-                    counts["workspace_files"] += 1
-                    yield where, data
-                continue
             if not budget.admit(st.st_size, **where):
                 continue
             try:
@@ -479,6 +475,19 @@ def _workspace_files(workspace: Path, given: dict, budget: _Budget, counts: dict
                 continue
             counts["workspace_files"] += 1
             yield where, data
+
+
+def _sha256_nofollow(path: Path) -> str:
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
 
 
 def _read_nofollow(path: Path, limit: int) -> bytes:
