@@ -6,6 +6,7 @@ Builds on: paths.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,7 +314,30 @@ def task_settings(config: dict, registries: Registries, task: str) -> dict:
     for key, value in config.get("tasks", {}).get(task, {}).items():
         # Blocks (judge, execution) are merged, so a sweep can change one key of them.
         settings[key] = _merged(settings[key], value) if isinstance(value, dict) and isinstance(settings.get(key), dict) else value
+    scoring = scoring_settings(settings)
+    settings.pop("scoring", None)
+    if scoring["feedback"] != "full":  # absent = full: the reference's settings, byte for byte
+        settings["scoring"] = scoring
     return canonical(settings)
+
+
+@functools.lru_cache(maxsize=1)
+def _scoring_schema() -> dict:
+    """The task schema's `scoring` block (read once: task_settings runs for every job the workflow plans)."""
+    return load_schema("task")["properties"]["scoring"]
+
+
+def scoring_settings(settings: dict) -> dict:
+    """What a task's /submit reports on (its `scoring:` block, defaults from the task schema):
+    {"feedback": "full"} (the reference: the whole held-out split), or {"feedback": "split",
+    "final_share": s}: a salted share s of the held-out items is the final split, evaluated privately
+    and never reported to the agent (rlbench.tasks.base.partition_items). A share is kept only in split mode."""
+    schema = _scoring_schema()
+    block = copy.deepcopy(settings.get("scoring") or {})
+    _fill_defaults(block, schema)
+    if block["feedback"] == "full":
+        return {"feedback": "full"}
+    return {"feedback": block["feedback"], "final_share": float(block["final_share"])}
 
 
 def current_task_settings(config: dict, task: str) -> dict:

@@ -97,6 +97,48 @@ def salted_seed(salt: str, task: str, data_seed: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+# The two parts of a held-out split in scoring.feedback: split (rlbench.config.scoring_settings).
+FEEDBACK, FINAL = "feedback", "final"
+
+
+def row_id(row: dict) -> str:
+    """A held-out row's item id: `id`, or HumanEval's `task_id`."""
+    value = row.get("id", row.get("task_id"))
+    if value is None:
+        raise ValueError("a held-out row has no id (id or task_id): the split cannot be partitioned by item")
+    return str(value)
+
+
+def partition_items(item_ids: list[str], salt: str, task: str, final_share: float) -> dict[str, list[str]]:
+    """The held-out split's items in two parts: {"feedback": [...], "final": [...]}, each in split order.
+
+    Every item is ranked by sha256 over (tag, the installation's salt, task, item id); the first
+    round(final_share x N) of that order (at least 1, at most N - 1) are the final split, whose scores the
+    agent never sees; the rest are the feedback split /submit reports on. Deterministic for one salt and
+    share, unknowable without the salt (the agent knows the code, the config and, for a hub source, the
+    held-out ids), and it is an exact share, so both halves of a small split stay meaningful."""
+    ids = [str(i) for i in item_ids]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{task}: held-out item ids are not unique; the split cannot be partitioned by id")
+    if len(ids) < 2:
+        raise ValueError(f"{task}: scoring.feedback split needs a held-out split of at least 2 items, not {len(ids)}")
+    if not 0 < final_share < 1:
+        raise ValueError(f"{task}: scoring.final_share must lie strictly between 0 and 1, not {final_share}")
+    salt = require_salt(salt, task)
+
+    def rank(item: str) -> bytes:
+        return hashlib.sha256("\0".join(["rlbench-final-split", salt, task, item]).encode()).digest()
+
+    count = min(len(ids) - 1, max(1, round(final_share * len(ids))))
+    final = set(sorted(ids, key=rank)[:count])
+    return {FEEDBACK: [i for i in ids if i not in final], FINAL: [i for i in ids if i in final]}
+
+
+def partition_digest(partition: dict) -> str:
+    """A hash of a partition's final items: ties a recorded final-split score to the partition it was on."""
+    return hashlib.sha256("\n".join(sorted(partition[FINAL])).encode()).hexdigest()
+
+
 PRIMARY_RANGE = (0.0, 100.0)
 
 # The end of every description.md: what of a submission the grader uses to build prompts and decode
@@ -211,7 +253,8 @@ class EvalContext:
     judge_model_dir (a local judge's weights), judgment_cache (the judgment cache directory),
     work_dir, base_chat_template (present for a submission: the base model's chat template text,
     or None, that its prompts are rendered with; see generation.chat_format), model_generation
-    (the base model's registry `generation:`, Task.decoding). replicate: which repetition of a
+    (the base model's registry `generation:`, Task.decoding), items (the held-out item ids this
+    evaluation is restricted to: rows(); absent = the whole split). replicate: which repetition of a
     noisy grader this is (0 for the grader's own evaluations; the baseline's repeats count up),
     part of the judgment cache key and a sampled decoding's seed.
     """
@@ -240,10 +283,21 @@ class EvalContext:
             self.on_phase(name)
 
     def rows(self, name: str = EVAL_FILE) -> list[dict]:
-        """The held-out split's rows (eval.jsonl unless another file of the split is named)."""
+        """The held-out split's rows (eval.jsonl unless another file of the split is named), only those
+        whose id is among resources["items"] when the evaluation is restricted to a part of the split
+        (scoring.feedback split: the feedback or the final part, partition_items); so every metric, even
+        one that is not a mean over items, is computed on that part as the task defines it."""
         from rlbench.fileio.jsonio import read_jsonl
 
-        return list(read_jsonl(Path(self.eval_dir) / name))
+        rows = list(read_jsonl(Path(self.eval_dir) / name))
+        items = self.resources.get("items")
+        if items is None or name != EVAL_FILE:
+            return rows
+        wanted = {str(i) for i in items}
+        kept = [row for row in rows if row_id(row) in wanted]
+        if len(kept) != len(wanted):
+            raise ValueError("some of the held-out items this evaluation is restricted to are not in the split")
+        return kept
 
     def generator(self):
         """The submitted model behind the configured generation backend (loaded once)."""
