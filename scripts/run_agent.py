@@ -54,6 +54,8 @@ record = run_agent(
             "train": read_json(Path(snakemake.input.train_manifest)),
             "eval": read_json(Path(snakemake.input.eval_manifest)),
         },
+        # scoring.feedback split: which held-out items /submit reports on (absent in full mode)
+        partition=read_json(Path(snakemake.input.partition)) if snakemake.input.get("partition") else None,
     )
 )
 print(

@@ -48,6 +48,15 @@ def run_agent(spec: RunSpec) -> RunRecord:
         return _run_agent(spec, stop)
 
 
+def _baseline_final(spec: RunSpec) -> dict:
+    """split mode: the base model's numbers on the final part (baseline.json final_split), its score the one
+    evaluation.baseline_score chooses; {} in full mode (the grader refuses split mode without them)."""
+    final_split = spec.baseline.get("final_split") if spec.partition is not None else None
+    if not isinstance(final_split, dict):
+        return {}
+    return {**final_split, "score": delta_baseline(final_split, spec.evaluation)[0]}
+
+
 def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
     # Checked before anything is archived or started: a baseline without it is refused (rerun it).
     base_template = base_chat_template(spec.baseline)
@@ -95,6 +104,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             provenance=record_provenance,
             max_checkpoint_bytes=max_checkpoint_bytes,
             disk_reserve_bytes=guard["disk_reserve_bytes"],
+            partition=spec.partition,
+            baseline_final_metrics=_baseline_final(spec),
         )
     )
     grader.warm_up()  # the evaluation worker imports torch while the agent starts

@@ -37,6 +37,8 @@ class RunSpec:
     threads: int = 1
     labels: dict = field(default_factory=dict)  # task/model/agent/seed for run.json
     data: dict = field(default_factory=dict)  # hashes of the splits, for provenance
+    # scoring.feedback split: the held-out split's partition (partition.json); None: full mode (the reference's)
+    partition: dict | None = None
 
 
 @dataclass

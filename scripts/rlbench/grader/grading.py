@@ -17,6 +17,16 @@ rlbench.evaluation.child). Weights whose evaluation keeps being killed (out of m
 grader's fault after GRADER_FAULTS_RETRIED kills. The agent-visible files are derived from the
 fsync'd ledger (see grader.visible).
 
+In scoring.feedback split (GraderConfig.partition; rlbench.config.scoring_settings) every new content is
+evaluated twice in the same request, before the answer: on the feedback part of the held-out split, which
+is what the agent is told (score, metrics, n, improvement against the base model's feedback score), and on
+the final part, whose numbers go only to the ledger's private `final` field (grader.visible.PRIVATE_FIELDS)
+and the cache. Both run before the response so that nothing happens after it: the request takes about
+what one full-split evaluation takes (the two parts together are the split), `elapsed_seconds` and
+`eval_seconds` are that one total, the GPU is free when the answer comes, and a failure of either part
+fails the submission as a failure anywhere on the split does in full mode (its message names no part).
+Full mode is the reference's, unchanged: one evaluation of the whole split.
+
 Every submission that reaches scoring also leaves its audit records (grader.audit): the grader's
 copy of code/, committed to grader/code.git (the ledger's `code_revision`), and checkpoint.json.
 """
@@ -53,7 +63,7 @@ from rlbench.recording.ledger import (
     stored_model_path,
 )
 from rlbench.recording.repository import CODE_GIT, CodeRepository
-from rlbench.tasks.base import public_metrics
+from rlbench.tasks.base import FEEDBACK, FINAL, public_metrics
 
 LEDGER = "ledger.jsonl"
 # Evaluations of the same weights killed by a signal while loading or generating (most likely out
@@ -94,6 +104,12 @@ class GraderConfig:
     max_checkpoint_bytes: int | None = None
     disk_reserve_bytes: int = 0
     provenance: dict = field(default_factory=dict)  # code, data, packages, hardware behind each score
+    # scoring.feedback split: the held-out split's parts (partition.json: {"feedback": {"items": [...]},
+    # "final": {"items": [...]}, "digest"}); None: full mode, the reference's (one evaluation of the split).
+    partition: dict | None = None
+    # split mode: the base model's numbers on the final part (baseline.json "final_split"), what a
+    # resubmitted base model's private final record gets from the cache.
+    baseline_final_metrics: dict = field(default_factory=dict)
 
     @property
     def deadline(self) -> float:
@@ -138,6 +154,15 @@ class Grader:
             config.baseline_fingerprint: {**public_metrics(config.baseline_metrics), "score": config.baseline_score}
         }
         self._kills: dict[str, int] = {}  # fingerprint -> evaluations killed while the model ran
+        # split mode: fingerprint -> the numbers of its final-part evaluation (private: the ledger's `final`)
+        self._final_cache: dict[str, dict] = {}
+        if config.partition is not None:
+            if not config.baseline_final_metrics:
+                raise ValueError(
+                    "scoring.feedback split needs the base model's final-split score (baseline.json final_split): "
+                    "rerun the baseline, e.g. snakemake --forcerun evaluate_baseline"
+                )
+            self._final_cache[config.baseline_fingerprint] = self._final_numbers(config.baseline_final_metrics)
         # The agent's view of the recorded entries and the files written from it (grader.visible).
         self.agent_files = AgentFiles(config.workspace, config.baseline_score)
         # The ledger, and the lines the disk refused, waiting to be written (_unrecorded).
@@ -361,13 +386,18 @@ class Grader:
         write_checkpoint_record(pending, model_copy, manifest)
         held.enter_context(self._content_lock(digest))
         result = {"fingerprint": digest, "cached": digest in self._cache}
+        split = self.config.partition is not None
         if result["cached"]:
             numbers = self._cache[digest]
+            if split:
+                result[FINAL] = self._final_cache[digest]
         else:
             with ExitStack() as gpu_locks:
                 for lock in self.gpu_locks.locks_for(gpus):
                     gpu_locks.enter_context(lock)
-                outcome = self._evaluate(digest, model_copy, pending / "eval", gpus)
+                outcome = self._evaluate(digest, model_copy, pending / "eval", gpus, FEEDBACK if split else None)
+                # split mode: the final part in the same request, before the answer (see the module's docstring)
+                final = self._evaluate(digest, model_copy, pending / "eval-final", gpus, FINAL) if split else None
             # Numbers only: the child's result also holds the items (completions), which may quote the split.
             numbers = public_metrics(outcome)
             if outcome.get("chat_template") is not None:  # which template its prompts were rendered with
@@ -377,6 +407,15 @@ class Grader:
                 "phase_seconds": outcome.get("phase_seconds"),
                 "worker": outcome.get("worker") or {"mode": "fresh", "reused": False},
             }
+            if final is not None:
+                # one duration for the two parts, as the agent would see for the whole split in full mode
+                result["eval_seconds"] = round(result["eval_seconds"] + float(final["eval_seconds"]), 3)
+                result["eval_timing"][FINAL] = {
+                    "eval_seconds": final.get("eval_seconds"),
+                    "phase_seconds": final.get("phase_seconds"),
+                    "worker": final.get("worker") or {"mode": "fresh", "reused": False},
+                }
+                result[FINAL] = self._final_cache[digest] = self._final_numbers(final)
             self._cache[digest] = numbers  # only successes are cached; failures are retried
         result.update(numbers)
         result.update(
@@ -385,14 +424,24 @@ class Grader:
         )
         return result
 
-    def _evaluate(self, digest: str, model_copy: Path, work_dir: Path, gpus: list[str]) -> dict:
+    def _final_numbers(self, result: dict) -> dict:
+        """The ledger's private `final` record of a final-part evaluation: its numbers and the partition's digest."""
+        return {**public_metrics(result), "score": float(result["score"]), "partition": self.config.partition.get("digest")}
+
+    def _evaluate(self, digest: str, model_copy: Path, work_dir: Path, gpus: list[str], part: str | None = None) -> dict:
         """The evaluation (in a worker: rlbench.evaluation.workers), with a bound on the grader faults one content may cause.
+
+        part: FEEDBACK or FINAL in split mode, the evaluation restricted to that part's items
+        (resources["items"], tasks.base.EvalContext.rows); None: the whole split (full mode).
 
         A child killed by a signal while the model was loaded or run is a grader error (retryable):
         the machine may have been short of memory for other reasons. But the same weights killed
         again and again are most likely too big for it: after GRADER_FAULTS_RETRIED such kills the
         next one is answered as the model's failure (422), so that an agent cannot be told to
         retry it forever. Called with the content's lock held: the count is per content."""
+        resources = self.config.resources
+        if part is not None:
+            resources = {**resources, "items": list(self.config.partition[part]["items"])}
         try:
             return self.workers.evaluate(
                 self.config.task_settings,
@@ -401,7 +450,7 @@ class Grader:
                 self.config.evaluation,
                 work_dir,
                 gpu=",".join(gpus) or None,
-                resources=self.config.resources,
+                resources=resources,
             )
         except GraderFault as fault:
             if not fault.killed_with_model:
@@ -459,6 +508,7 @@ class Grader:
         self.agent_files.forget(sid)
         if entry.get("status") == "scored":  # this request's evaluation, cached by _score
             self._cache.pop(entry.get("fingerprint"), None)
+            self._final_cache.pop(entry.get("fingerprint"), None)
         shutil.rmtree(self.snapshots / f"{sid:04d}", ignore_errors=True)
         status, failed = self._failure_entry(sid, entry.get("submitted_at") or time.time(), exc)
         failed.update(model_path=entry.get("model_path"), gpu=entry.get("gpu"))
