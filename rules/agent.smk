@@ -4,6 +4,15 @@
 rule run_agent:
     input:
         unpack(level_inputs("agent")),
+        # scoring.feedback split: which held-out items /submit reports on (the mode itself reruns the agent
+        # through prepare_workspace's params; the partition file is ancient, as the split is)
+        unpack(
+            lambda wildcards: (
+                {"partition": ancient(PARTITION.format(task=wildcards.task))}
+                if "scoring" in get_task_settings(wildcards)
+                else {}
+            )
+        ),
         manifest=run_path("workspace.json"),
         train_manifest="results/data/{task}/train/manifest.json",
         eval=ancient("results/data/{task}/eval/eval.jsonl"),

@@ -53,6 +53,29 @@ rule prepare_eval_data:
         "../scripts/prepare_eval_data.py"
 
 
+# scoring.feedback: split (rlbench.config.scoring_settings): the held-out items in a feedback part, which
+# /submit reports on, and a final part the agent never sees scores of, drawn with the salt. Only split-mode
+# tasks ask for it (rlbench.config.task_settings keeps a `scoring` block in split mode only, so a full-mode
+# rule's inputs are what they were); run_agent gets it ancient (a new salt reruns the evaluations, never an agent).
+PARTITION = "results/data/{task}/partition.json"
+
+
+rule partition_eval:
+    input:
+        eval="results/data/{task}/eval/eval.jsonl",
+        salt=EVAL_SALT,
+    output:
+        partition=PARTITION,
+    log:
+        "results/logs/partition_eval/{task}.log",
+    conda:
+        "../envs/rlbench.yaml"
+    params:
+        scoring=lambda wildcards: get_task_settings(wildcards)["scoring"],
+    script:
+        "../scripts/partition_eval.py"
+
+
 rule prepare_model:
     output:
         model=directory("results/models/{model}"),

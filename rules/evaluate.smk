@@ -3,6 +3,13 @@
 rule evaluate_baseline:
     input:
         unpack(level_inputs("evaluate")),
+        unpack(
+            lambda wildcards: (
+                {"partition": PARTITION.format(task=wildcards.task)}
+                if "scoring" in get_task_settings(wildcards)
+                else {}
+            )
+        ),
         model="results/models/{model}",
         eval="results/data/{task}/eval/eval.jsonl",
         eval_manifest="results/data/{task}/eval/manifest.json",
@@ -26,6 +33,13 @@ rule evaluate_baseline:
 rule evaluate_final:
     input:
         unpack(level_inputs("evaluate")),
+        unpack(
+            lambda wildcards: (
+                {"partition": PARTITION.format(task=wildcards.task)}
+                if "scoring" in get_task_settings(wildcards)
+                else {}
+            )
+        ),
         artifacts=run_path("artifacts.json"),
         eval="results/data/{task}/eval/eval.jsonl",
         eval_manifest="results/data/{task}/eval/manifest.json",

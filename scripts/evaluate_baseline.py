@@ -3,6 +3,11 @@
 A noisy grader (a judge, a nondeterministic environment: the task's grader_noise_repeats K > 1;
 sampled decoding: K >= 3) evaluates it K times; the first evaluation is the baseline score (the one a resubmitted base
 model gets from the grader's cache) and the spread of all K is stored as the task's grader noise.
+
+In scoring.feedback split (a partition.json input) the base model is scored on each part of the held-out
+split, K times each: the feedback part is the top level (score, metrics, n, grader_noise: what the grader
+reports and improvements are computed against), the final part is `final_split` (the same fields), and
+`feedback_mode` and `partition` (counts, share, the salt's sha256, the digest; never the items) say so.
 """
 
 import sys
@@ -15,6 +20,7 @@ from rlbench.grader.fingerprint import checkpoint_manifest
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.provenance import provenance
 from rlbench.tasks import get_task
+from rlbench.tasks.base import FEEDBACK, FINAL
 
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 model_dir, eval_dir = Path(snakemake.input.model), Path(snakemake.input.eval).parent
@@ -27,11 +33,36 @@ manifest = checkpoint_manifest(model_dir)
 digest = manifest["fingerprint"]
 task = get_task(settings)
 repeats = task.noise_repeats(settings, task.decoding(model_generation))
-result = evaluate_model(settings, model_dir, eval_dir, evaluation, resources=resources)
-scores = [result["score"]]
-for replicate in range(1, repeats):
-    scores.append(evaluate_model(settings, model_dir, eval_dir, evaluation, resources=resources, replicate=replicate)["score"])
-    print(f"baseline repeat {replicate}: {scores[-1]}", file=sys.stderr)
+partition = read_json(Path(snakemake.input.partition)) if snakemake.input.get("partition") else None
+
+
+def evaluate_repeats(items=None, label=""):
+    """The first evaluation's result and the scores of all K (on `items` only, when given)."""
+    given = resources if items is None else {**resources, "items": items}
+    first = evaluate_model(settings, model_dir, eval_dir, evaluation, resources=given)
+    scores = [first["score"]]
+    for replicate in range(1, repeats):
+        scores.append(evaluate_model(settings, model_dir, eval_dir, evaluation, resources=given, replicate=replicate)["score"])
+        print(f"baseline{label} repeat {replicate}: {scores[-1]}", file=sys.stderr)
+    return first, scores
+
+
+result, scores = evaluate_repeats(partition[FEEDBACK]["items"] if partition else None, " (feedback)" if partition else "")
+if partition is not None:
+    final_result, final_scores = evaluate_repeats(partition[FINAL]["items"], " (final)")
+    result.update(
+        feedback_mode="split",
+        partition={
+            **{k: partition[k] for k in ("n", "final_share", "salt_sha256", "digest")},
+            **{f"{part}_n": partition[part]["n"] for part in (FEEDBACK, FINAL)},
+        },
+        final_split={
+            **{k: final_result[k] for k in ("score", "primary_metric", "metrics", "n")},
+            "grader_noise": noise_summary(final_scores),
+            "score_first": final_scores[0],
+            "score_mean": noise_summary(final_scores)["mean"],
+        },
+    )
 result.update(
     task=snakemake.wildcards.task,
     model=snakemake.wildcards.model,

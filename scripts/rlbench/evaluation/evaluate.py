@@ -134,6 +134,51 @@ def delta_baseline(baseline: dict, evaluation: dict | None) -> tuple[float, str]
     return float(baseline["score"]), choice
 
 
+def delta_family(
+    feedback_score: float | None,
+    clean_score: float | None,
+    oracle_score: float | None,
+    baseline_feedback: float,
+    baseline_final: float | None,
+    band_feedback: float | None,
+    band_final: float | None,
+) -> dict:
+    """The Δs of a run graded with a final split (config scoring.feedback split), each with its noise band:
+
+    feedback_delta: the selected submission's (the best on the feedback split, which /submit reported)
+    feedback-split score minus the base model's there: the paper's Δ, on the split the agent selected on;
+    clean_delta: the same submission's final-split score minus the base model's there (no selection on it);
+    oracle_delta: the best final-split score the grader recorded for any submission minus the base model's
+    there (what the best pick could have had; from the grader's records, not re-evaluated);
+    selection_gap: feedback_delta - clean_delta, how much picking on the reported scores inflated Δ.
+    Bands: ± half the range of the base model's K evaluations on that split (noise_summary); the gap's is
+    the sum of the two (a difference of two noisy Δs). A Δ whose score is unknown is None, its band too.
+    In full mode (baseline_final None) only feedback_delta is set: the whole split is the feedback split."""
+
+    def delta(score: float | None, base: float | None) -> float | None:
+        return None if score is None or base is None else round(float(score) - float(base), 4)
+
+    feedback, clean = delta(feedback_score, baseline_feedback), delta(clean_score, baseline_final)
+    oracle = delta(oracle_score, baseline_final)
+    gap = None if feedback is None or clean is None else round(feedback - clean, 4)
+    gap_band = None if band_feedback is None or band_final is None else round(band_feedback + band_final, 4)
+    return {
+        "feedback_delta": feedback,
+        "feedback_delta_band": band_feedback if feedback is not None else None,
+        "clean_delta": clean,
+        "clean_delta_band": band_final if clean is not None else None,
+        "oracle_delta": oracle,
+        "oracle_delta_band": band_final if oracle is not None else None,
+        "selection_gap": gap,
+        "selection_gap_band": gap_band if gap is not None else None,
+    }
+
+
+DELTA_FAMILY = tuple(
+    name for delta in ("feedback_delta", "clean_delta", "oracle_delta", "selection_gap") for name in (delta, f"{delta}_band")
+)
+
+
 def base_model_bytes(baseline: dict) -> int:
     """The base model's checkpoint files' total (evaluate_baseline's `model_bytes`)."""
     value = baseline.get("model_bytes")
