@@ -95,6 +95,13 @@ ITEMS = (
     ),
     Item("delta_matrix", TABLE, "Δ matrix (mean Δ over seeds per task)", tables.delta_matrix, group="Leaderboard"),
     Item(
+        "selection_gap",
+        TABLE,
+        "Selection gap (Δ on the feedback split, on the final split the agent never saw, and the oracle's)",
+        tables.selection_gap,
+        group="Leaderboard",
+    ),
+    Item(
         "multirun_stats",
         TABLE,
         "Multi-run statistics per configuration, task and model",

@@ -25,6 +25,12 @@ from rlbench.fileio.jsonio import read_json
 # baseline: the score delta is computed against; baseline_choice: which one it is (config evaluation.baseline_score:
 # "first", the first evaluation, as the reference; "mean", the mean of the K repeats); baseline_mean: that mean
 # (blank for runs summarized before it was recorded).
+# clean_delta, oracle_delta, selection_gap: runs graded with a final split (config scoring.feedback: split; blank in
+# full mode, the reference's): baseline, best and delta are then on the feedback split /submit reported on (delta is
+# the paper's Δ there); clean_delta is the same submission's final-split score minus the base model's there (no
+# selection on it), oracle_delta the best final-split score the grader recorded for any submission minus the base
+# model's, selection_gap = delta - clean_delta (how much picking on the reported scores inflated Δ); their noise bands
+# are in summary.json (*_band; evaluation.evaluate.delta_family).
 LEADERBOARD_COLUMNS = (
     "task",
     "level",
@@ -41,6 +47,9 @@ LEADERBOARD_COLUMNS = (
     "baseline_mean",
     "best",
     "delta",
+    "clean_delta",
+    "oracle_delta",
+    "selection_gap",
     "grader_noise",
     "within_noise",
     "submissions",
@@ -82,6 +91,9 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
         "baseline_mean": _number(number(summary.get("baseline_mean")), decimals),
         "best": _number(number(summary.get("best")), decimals),
         "delta": _number(number(summary.get("delta")), decimals),
+        "clean_delta": _number(number(summary.get("clean_delta")), decimals),
+        "oracle_delta": _number(number(summary.get("oracle_delta")), decimals),
+        "selection_gap": _number(number(summary.get("selection_gap")), decimals),
         "grader_noise": _number(noise_band(summary), decimals),
         "within_noise": _noise_flag(summary),
         "submissions": summary["submissions"],

@@ -197,6 +197,56 @@ def delta_matrix(summaries: list[dict], settings: dict) -> Table:
     )
 
 
+# The Δ family of runs graded with a final split (config scoring.feedback: split; summary.json, from
+# evaluation.evaluate.delta_family): the selection_gap table's columns, each with its noise band.
+SELECTION_COLUMNS = ("feedback_delta", "clean_delta", "oracle_delta", "selection_gap")
+
+
+def _largest(values: list) -> float | None:
+    found = [v for v in (number(x) for x in values) if v is not None]
+    return max(found) if found else None
+
+
+def selection_gap(summaries: list[dict], settings: dict) -> Table:
+    """Per (configuration, task, model), over the runs graded with a final split: the mean of each Δ of the
+    family (feedback Δ, clean Δ, oracle Δ, selection gap) and its noise band (the largest its runs recorded).
+    Runs in full mode (the reference's) have no final split and are left out."""
+    decimals = int(settings["decimals"])
+    rows = []
+    split = [s for s in summaries if s.get("feedback_mode") == "split"]
+    for (key, task, model), runs in group_runs(split).items():
+        row = {**_config_cells(key, model), "task": task}
+        known = [s for s in runs if number(s.get("clean_delta")) is not None]
+        row["n"] = len(known)
+        for name in SELECTION_COLUMNS:
+            row[f"mean_{name}"] = mean([v for v in (number(s.get(name)) for s in known) if v is not None])
+            row[f"{name}_band"] = _largest([s.get(f"{name}_band") for s in known])
+        row["gap_within_noise"] = _yes_no(within_noise(row["mean_selection_gap"], row["selection_gap_band"]))
+        rows.append(row)
+    notes = [
+        CONFIG_NOTE,
+        "Only runs graded with a final split (config scoring.feedback: split): a salted share of the held-out items "
+        "is evaluated privately for every submission and never reported to the agent; /submit reports on the rest "
+        "(the feedback split). Runs in full mode, the reference's, are left out.",
+        "feedback_delta: the paper's Δ on the feedback split (the best submission by the scores the agent was told, "
+        "re-evaluated, minus the base model's feedback-split score; the leaderboard's delta for these runs).",
+        "clean_delta: the same submission's final-split score minus the base model's final-split score: Δ without "
+        "selection on the scored items.",
+        "oracle_delta: the best final-split score the grader recorded for any of the run's submissions minus the "
+        "base model's final-split score (from the grader's records, not re-evaluated).",
+        "selection_gap: feedback_delta - clean_delta, how much choosing the submission on the scores it was told "
+        "inflated Δ; gap_within_noise: yes when |mean gap| <= its band.",
+        "*_band: ± points, half the range of the base model's repeated evaluations on that split (0 for a "
+        "deterministic grader); the gap's is the sum of the feedback and final bands.",
+        "n: runs with a known clean Δ (a run with no evaluated submission has none and is left out); the means are "
+        f"over those runs, in points, {decimals} decimals.",
+    ]
+    columns = [*CONFIG_COLUMNS, "task", "n"]
+    for name in SELECTION_COLUMNS:
+        columns += [f"mean_{name}", f"{name}_band"]
+    return Table([*columns, "gap_within_noise"], rows, notes)
+
+
 def _exec_success_pct(runs: list[dict]) -> float | None:
     """exec SR in percent; None when a run of the cell did not record exec_success (older summaries)."""
     flags = [s.get("exec_success") for s in runs]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlbench.evaluation.evaluate import DELTA_FAMILY
 from rlbench.fileio.jsonio import read_json, read_jsonl
 from rlbench.recording.ledger import SCORED, is_scored
 from rlbench.summaries.agent_code import code_files
@@ -68,6 +69,12 @@ def summarize(
         "baseline_mean": final.get("baseline_mean", baseline.get("score_mean")),
         "best": final.get("score"),
         "delta": final.get("delta"),
+        # config scoring.feedback: full (the reference: /submit reports on the whole held-out split) or split
+        # (a final part the agent never sees scores of); the Δ family beside the paper's delta
+        # (evaluation.evaluate.delta_family: clean_delta, oracle_delta, selection_gap are None in full mode)
+        "feedback_mode": final.get("feedback_mode") or "full",
+        **{name: final.get(name) for name in DELTA_FAMILY},
+        "final_split": final.get("final_split"),
         "submissions": len(submissions),
         "valid_submissions": sum(1 for e in submissions if entry_score(e) > 0),  # the paper's "valid"
         "scored_submissions": sum(1 for e in submissions if is_scored(e)),
