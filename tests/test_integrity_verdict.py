@@ -31,8 +31,8 @@ def test_the_verdict_names_what_was_found_and_where():
     assert recited["label"] == "flagged: contamination (1 held-out item: transcript turn 12)"
     unrelated = run_integrity({"flagged": []}, {"verdict": "unrelated", "reason": "another vocabulary"}, None)
     assert unrelated["reasons"] == ["lineage: the best submission is unrelated to the base model (another vocabulary)"]
-    split = run_integrity({"flagged": [], "training_split": RECITED}, None, None)
-    assert split["status"] == "flagged" and split["reasons"][0].startswith("the training split itself holds 1 held-out item")
+    split = run_integrity({"flagged": [], "training_split": RECITED}, None, None)  # the split's, not the run's
+    assert split["status"] == "clean" and split["split_notes"][0].startswith("the training split itself holds 1 held-out item")
 
 
 def test_a_failed_judge_or_a_check_that_did_not_run_is_never_clean():

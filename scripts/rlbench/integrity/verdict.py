@@ -11,6 +11,9 @@ The verdict's `status`:
 - `incomplete`: nothing was found, but a check could not run or failed (a judge that failed is never
   read as clean).
 
+`split_notes`: held-out items the benchmark's own training split holds (the scan checks the split
+too): a property of the task's split that every run shares, reported, not held against the run.
+
 `label` is what the leaderboard's and the summaries' `integrity` column shows: "clean", or the
 status and its reasons ("flagged: contamination (5 held-out items: code revision 3 data/train.jsonl,
 ...)"). How flagged runs enter the paper tables is the report's choice (`report.flagged`), not the
@@ -69,9 +72,10 @@ def run_integrity(contamination: dict | None, lineage: dict | None, judge: dict 
     """integrity.json's content from the checks' reports (None: the check did not run); `problems`:
     why a check could not run (a missing best submission is not one: lineage is then None)."""
     reasons = [r for r in (contamination_reason(contamination), lineage_reason(lineage)) if r]
+    # The benchmark's own training split checked against the held-out items: a property of the split, not
+    # of the run (every run of the task shares it), so it is a note, not a flag.
     split = contamination_reason((contamination or {}).get("training_split"))
-    if split:  # the benchmark's own split, not the agent: the score cannot be trusted either way
-        reasons.append("the training split itself holds " + split.split("(", 1)[1].rstrip(")"))
+    notes = ["the training split itself holds " + split.split("(", 1)[1].rstrip(")")] if split else []
     reasons += judge_reasons(judge)
     incomplete = list(problems)
     if contamination is None:
@@ -87,6 +91,7 @@ def run_integrity(contamination: dict | None, lineage: dict | None, judge: dict 
         "label": label,
         "reasons": reasons,
         "incomplete": incomplete,
+        "split_notes": notes,
         "contamination": contamination,
         "lineage": lineage,
         "trace_judge": judge,

@@ -39,6 +39,7 @@ def _integrity_lines(summary: dict) -> list[str]:
     lines = [f"- integrity: {text} ({'; '.join(details)})"]
     lines += [f"  - {reason}" for reason in integrity.get("reasons") or []]
     lines += [f"  - not checked: {problem}" for problem in integrity.get("incomplete") or []]
+    lines += [f"  - the task's split: {note}" for note in integrity.get("split_notes") or []]
     return lines
 
 

@@ -134,6 +134,7 @@ def integrity_summary(integrity: dict | None) -> dict | None:
         "label": integrity.get("label"),
         "reasons": integrity.get("reasons") or [],
         "incomplete": integrity.get("incomplete") or [],
+        "split_notes": integrity.get("split_notes") or [],
         "contaminated_items": len({str(m.get("item")) for m in contamination.get("flagged") or []}),
         "lineage": lineage.get("verdict"),
         "trace_judge": None if judge is None else {
