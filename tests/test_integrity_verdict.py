@@ -33,6 +33,9 @@ def test_the_verdict_names_what_was_found_and_where():
     assert unrelated["reasons"] == ["lineage: the best submission is unrelated to the base model (another vocabulary)"]
     split = run_integrity({"flagged": [], "training_split": RECITED}, None, None)  # the split's, not the run's
     assert split["status"] == "clean" and split["split_notes"][0].startswith("the training split itself holds 1 held-out item")
+    # The agent's copy of the benchmark's training data, which holds that item: still the split's fault.
+    copied = [{**RECITED["flagged"][0], "in_training_split": True}]
+    assert run_integrity({"flagged": copied, "training_split": RECITED}, None, None)["status"] == "clean"
 
 
 def test_a_failed_judge_or_a_check_that_did_not_run_is_never_clean():

@@ -71,7 +71,11 @@ def judge_reasons(report: dict | None) -> list[str]:
 def run_integrity(contamination: dict | None, lineage: dict | None, judge: dict | None, *, problems=()) -> dict:
     """integrity.json's content from the checks' reports (None: the check did not run); `problems`:
     why a check could not run (a missing best submission is not one: lineage is then None)."""
-    reasons = [r for r in (contamination_reason(contamination), lineage_reason(lineage)) if r]
+    # A held-out item the training split itself holds reaches the agent's files from the benchmark's data:
+    # the split's fault (noted below), not the agent's.
+    found = (contamination or {}).get("flagged") or []
+    own = {**(contamination or {}), "flagged": [m for m in found if not m.get("in_training_split")]}
+    reasons = [r for r in (contamination_reason(own), lineage_reason(lineage)) if r]
     # The benchmark's own training split checked against the held-out items: a property of the split, not
     # of the run (every run of the task shares it), so it is a note, not a flag.
     split = contamination_reason((contamination or {}).get("training_split"))
