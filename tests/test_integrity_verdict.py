@@ -44,6 +44,11 @@ def test_a_failed_judge_or_a_check_that_did_not_run_is_never_clean():
     assert run_integrity(None, None, None)["status"] == "incomplete"
     judged = run_integrity({"flagged": []}, None, {"verdicts": [{"kind": "outside_api", "flagged": True}], "judge_failed": 0})
     assert judged["status"] == "flagged" and judged["reasons"] == ["trace judge: outside_api"]
+    unsupported = {"verdicts": [{"kind": "contamination", "flagged": True, "supported": False}], "judge_failed": 0}
+    assert run_integrity({"flagged": []}, None, unsupported)["reasons"] == [
+        "trace judge: contamination (evidence not found in the trace)"]
+    undetermined = run_integrity({"flagged": []}, {"verdict": "undetermined", "reason": "only pickle weights"}, None)
+    assert undetermined["label"] == "incomplete: lineage undetermined (only pickle weights)"
 
 
 def _summary(agent: str, seed: str, integrity: dict | None, best: float) -> dict:

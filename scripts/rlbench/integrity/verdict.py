@@ -25,7 +25,7 @@ from __future__ import annotations
 CLEAN, FLAGGED, INCOMPLETE = "clean", "flagged", "incomplete"
 VERSION = 1
 #: lineage verdicts (lineage.compare_models' `verdict`)
-UNRELATED = "unrelated"
+UNRELATED, UNDETERMINED = "unrelated", "undetermined"
 #: where a contamination match was found, as a reason shows it (first few only)
 REASON_PLACES = 3
 
@@ -61,10 +61,12 @@ def lineage_reason(report: dict | None) -> str | None:
 
 
 def judge_reasons(report: dict | None) -> list[str]:
+    """One reason per flagged kind; a flag whose cited evidence is not in the trace says so."""
     reasons = []
     for verdict in (report or {}).get("verdicts") or []:
         if isinstance(verdict, dict) and verdict.get("flagged"):
-            reasons.append(f"trace judge: {verdict.get('kind')}")
+            unsupported = verdict.get("supported") is False
+            reasons.append(f"trace judge: {verdict.get('kind')}" + (" (evidence not found in the trace)" if unsupported else ""))
     return reasons
 
 
@@ -84,6 +86,8 @@ def run_integrity(contamination: dict | None, lineage: dict | None, judge: dict 
     incomplete = list(problems)
     if contamination is None:
         incomplete.append("the contamination scan did not run")
+    if lineage and lineage.get("verdict") == UNDETERMINED:
+        incomplete.append(f"lineage undetermined ({lineage.get('reason')})")
     failures = int((judge or {}).get("judge_failed") or 0)
     if failures:
         incomplete.append(f"the trace judge failed {failures} time{'s' if failures != 1 else ''}")
