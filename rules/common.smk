@@ -180,6 +180,14 @@ def get_narrative_model_input(wildcards):
     return {}
 
 
+def get_audit_judge_model_input(wildcards):
+    """The local judge's model when the optional trace judge of audit_run is on."""
+    judge = config["audit"].get("judge") or {}
+    if judge.get("backend") == "local":
+        return {"judge_model": f"results/models/{judge['model']}"}
+    return {}
+
+
 def get_final_output():
     """The report and every run's final evaluation and summary: requested explicitly, so that a
     deleted final.json is recomputed even though the summary built from it still exists.

@@ -13,6 +13,7 @@ rule summarize_run:
         manifest=run_path("workspace.json"),
         final=run_path("final.json"),
         baseline="results/baselines/{task}/{model}.json",
+        integrity=run_path("integrity.json"),
     output:
         summary=run_path("summary.json"),
         markdown=run_path("summary.md"),

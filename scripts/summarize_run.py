@@ -34,6 +34,7 @@ summary, records = summarize(
     level=snakemake.params.level,
     base_model=artifacts.get("base_model"),
     mode=read_json(Path(snakemake.input.manifest)).get("mode"),
+    integrity=read_json(Path(snakemake.input.integrity)),
 )
 judge_model = snakemake.input.get("judge_model")
 add_narrative(
