@@ -13,7 +13,11 @@ rule prepare_data:
     conda:
         "../envs/rlbench.yaml"
     params:
-        task=lambda wildcards: get_task_settings(wildcards, TRAIN_KEYS),
+        # scoring (present in split mode only: rlbench.config.task_settings) does not change the training split; it
+        # is here so that a change of what /submit reports on reruns the task's agents through the split they train
+        # on. prepare_workspace's params carry it too, but Snakemake never looks at those when a job upstream of
+        # the workspace's ancient inputs (the partition, the baseline) reruns, as such a change always makes them.
+        task=lambda wildcards: get_task_settings(wildcards, TRAIN_KEYS + ("scoring",)),
     script:
         "../scripts/prepare_data.py"
 

@@ -205,7 +205,9 @@ def session_config() -> dict:
     return {
         **default,
         "sweep": [GSM8K_GRID, LEVELS_GRID, control_grid([0])],
-        "tasks": SESSION_TASKS,
+        # the controls as the default sweep runs them: addition-control with its final split (scoring), which the
+        # slow tier's control sweep (control_config) carries on, so that its seed 0 reruns nothing
+        "tasks": {**SESSION_TASKS, CONTROL_TASK: default["tasks"][CONTROL_TASK]},
         "evaluation": {**default["evaluation"], "backend": "hf"},
     }
 
