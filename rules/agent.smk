@@ -5,7 +5,7 @@ rule run_agent:
     input:
         unpack(level_inputs("agent")),
         # scoring.feedback split: which held-out items /submit reports on (the mode itself reruns the agent
-        # through prepare_workspace's params; the partition file is ancient, as the split is)
+        # through prepare_data's params, see rules/data.smk; the partition file is ancient, as the split is)
         unpack(
             lambda wildcards: (
                 {"partition": ancient(PARTITION.format(task=wildcards.task))}

@@ -18,7 +18,8 @@ rule prepare_workspace:
         "../envs/rlbench.yaml"
     params:
         # scoring (present in split mode only): what /submit reports on is what the agent gets, so a change of
-        # feedback mode (or of the final share in split mode) rebuilds the workspace and reruns the agent.
+        # feedback mode (or of the final share in split mode) rebuilds the workspace and reruns the agent (through
+        # prepare_data's params too: see rules/data.smk).
         task=lambda wildcards: get_task_settings(wildcards, TRAIN_KEYS + ("scoring",)),
         hf_id=lambda wildcards: get_model_spec(wildcards)["hf_id"],
         mode=lambda wildcards: get_agent_spec(wildcards)["mode"],
