@@ -114,7 +114,9 @@ WORKER_SETTINGS = ("worker", "worker_idle_s")
 
 def get_scoring_settings(baseline=False):
     """config["evaluation"] as the baseline and final evaluations' params: what decides a score.
-    The baseline's leave out baseline_score (which of its scores Δ uses: the final evaluation's)."""
+
+    The baseline's leave out baseline_score (which of its scores Δ uses: the final evaluation's).
+    """
     left_out = WORKER_SETTINGS + (("baseline_score",) if baseline else ())
     return {k: v for k, v in config["evaluation"].items() if k not in left_out}
 

@@ -91,6 +91,8 @@ rule prepare_model:
         "../envs/rlbench.yaml"
     params:
         # The weights' recipe: the registry entry but its decoding (generation:), which reruns evaluations only.
-        spec=lambda wildcards: {k: v for k, v in get_model_spec(wildcards).items() if k != "generation"},
+        spec=lambda wildcards: {
+            k: v for k, v in get_model_spec(wildcards).items() if k != "generation"
+        },
     script:
         "../scripts/prepare_model.py"

@@ -24,7 +24,9 @@ rule evaluate_baseline:
     params:
         task=get_task_settings,
         evaluation=get_scoring_settings(baseline=True),
-        model_generation=lambda wildcards: REGISTRIES.models[wildcards.model].get("generation"),
+        model_generation=lambda wildcards: REGISTRIES.models[wildcards.model].get(
+            "generation"
+        ),
         judgments=lambda wildcards: JUDGMENT_CACHE.format(task=wildcards.task),
     script:
         "../scripts/evaluate_baseline.py"

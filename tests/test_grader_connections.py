@@ -61,6 +61,27 @@ def status_and_body(reply: bytes) -> tuple[int, bytes]:
     return int(head.split(b" ", 2)[1]), body
 
 
+def recv_response(sock) -> bytes:
+    """One whole HTTP response: the server may send its head and body in separate writes, so one recv
+    can return the head alone."""
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return reply
+        reply += chunk
+    head_part, _, body = reply.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head_part.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+        reply += chunk
+    return reply
+
+
 def head(server, method: str, path: str, *headers: str) -> bytes:
     secret = server.grader.config.secret
     lines = [f"{method} /{secret}/{path} HTTP/1.1", "Host: grader", *headers]
@@ -143,11 +164,11 @@ def test_slow_but_timely_requests_and_keep_alive_are_served(workspace, start_gra
         time.sleep(1.0)
         sock.sendall(payload[5:])
         sock.settimeout(10)
-        reply = sock.recv(65536)
+        reply = recv_response(sock)
         assert status_and_body(reply)[0] == 404 and b"missing_path" in reply, reply
         time.sleep(1.0)
         sock.sendall(head(server, "GET", "health"))
-        reply = sock.recv(65536)
+        reply = recv_response(sock)
         assert status_and_body(reply)[0] == 200, reply
     entries = assert_consistent(server)
     assert [e["reason"] for e in entries] == ["missing_path"]

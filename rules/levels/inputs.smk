@@ -67,8 +67,10 @@ def is_online(wildcards):
 
 def get_games_settings(wildcards):
     keys = GAME_KEYS[wildcards.split]
-    if wildcards.split == "train":  # what else a task's training games depend on (WebShop hub: eval_size)
-        keys = keys + get_task(get_task_settings(wildcards)).training_split_keys(get_task_settings(wildcards))
+    # What else a task's training games depend on (WebShop's hub source: eval_size).
+    if wildcards.split == "train":
+        settings = get_task_settings(wildcards)
+        keys = keys + get_task(settings).training_split_keys(settings)
     return get_task_settings(wildcards, keys)
 
 
