@@ -333,3 +333,17 @@ def test_a_real_grader_in_split_mode_evaluates_each_part_with_the_task(workspace
     assert [e["final"]["n"] for e in ledger] == [1, 1]
     assert ledger[0]["final"]["primary_metric"] == "accuracy" and ledger[0]["final"]["partition"] == partition["digest"]
     assert ledger[0]["eval_timing"]["final"]["eval_seconds"] is not None
+
+
+def test_the_agent_is_told_its_scores_are_on_a_part_of_the_held_out_split(tmp_path, gsm8k_data, tiny_model):
+    """Split mode adds one paragraph to instructions.md (never which part, nor its size); full mode none."""
+    from rlbench.agent_run.workspace import FEEDBACK_SPLIT_NOTE, prepare_workspace
+    from rlbench.tasks.gsm8k import GSM8K
+
+    split = {**GSM8K_SETTINGS, "scoring": {"feedback": "split", "final_share": 0.5}}
+    for name, settings, told in (("full", GSM8K_SETTINGS, False), ("split", split, True)):
+        ws = tmp_path / name
+        prepare_workspace(ws, GSM8K(), settings, tiny_model, "org/base", gsm8k_data[0])
+        instructions = (ws / "instructions.md").read_text()
+        assert (FEEDBACK_SPLIT_NOTE in instructions) is told and ("feedback split" in instructions) is told
+    assert not any(ch.isdigit() for ch in FEEDBACK_SPLIT_NOTE)

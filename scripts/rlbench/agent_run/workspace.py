@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from rlbench.agent_run.attempts import archive_previous_attempt
+from rlbench.config import scoring_settings
 from rlbench.fileio.jsonio import sha256_file
 from rlbench.fileio.staging import building, install
 from rlbench.tasks import Task
@@ -88,6 +89,18 @@ untouched base model scores the baseline (improvement 0).
 `deadline`, `now` and `remaining` (seconds); `GET $GRADING_SERVER_URL/health` returns `status`,
 `task`, `workspace` and `available_gpus`. Your result is the best submission made before the
 deadline. At the deadline every process you started is stopped.
+"""
+
+
+# Added to instructions.md when the task's scoring.feedback is split (rlbench.config.scoring_settings): the
+# agent is told that its reported scores are on a part of the held-out split, never which part or its size.
+FEEDBACK_SPLIT_NOTE = """
+## What your scores are measured on
+
+In this run the held-out split has two parts. `/submit`, `scores.json` and `submissions.json` report
+each submission's score on one of them (the feedback split). Every new submission is also scored on
+the other part, which you are never told about: the benchmark reports both, and how much choosing a
+submission by its reported score overstates it.
 """
 
 
@@ -199,7 +212,10 @@ def _fill(
     _readonly_tree(Path(train_dir), workspace / "data")
     _readonly_tree(Path(model_dir), workspace / "models" / hf_id)
     (workspace / "description.md").write_text(task.description(task_settings))
-    (workspace / "instructions.md").write_text(INSTRUCTIONS.format(hf_id=hf_id) + MODE_RULES[mode])
+    split = scoring_settings(task_settings)["feedback"] == "split"
+    (workspace / "instructions.md").write_text(
+        INSTRUCTIONS.format(hf_id=hf_id) + (FEEDBACK_SPLIT_NOTE if split else "") + MODE_RULES[mode]
+    )
     for name, source in task.exposed_files(task_settings).items():
         if isinstance(source, bytes):
             (workspace / name).write_bytes(source)
