@@ -347,3 +347,16 @@ def test_the_agent_is_told_its_scores_are_on_a_part_of_the_held_out_split(tmp_pa
         instructions = (ws / "instructions.md").read_text()
         assert (FEEDBACK_SPLIT_NOTE in instructions) is told and ("feedback split" in instructions) is told
     assert not any(ch.isdigit() for ch in FEEDBACK_SPLIT_NOTE)
+
+
+def test_summary_md_shows_the_delta_family_in_split_mode_only():
+    from rlbench.summaries.markdown import _split_lines
+
+    summary = {"feedback_mode": "split", "feedback_delta": 6.0, "feedback_delta_band": 1.0, "clean_delta": 2.0,
+               "clean_delta_band": 1.5, "oracle_delta": 4.0, "oracle_delta_band": 1.5, "selection_gap": 4.0,
+               "selection_gap_band": 2.5}
+    assert _split_lines(summary) == [
+        "- final split (never reported to the agent): clean delta +2 ±1.5, oracle delta +4 ±1.5, "
+        "selection gap +4 ±2.5 (feedback delta +6 ±1)"
+    ]
+    assert _split_lines({**summary, "feedback_mode": "full"}) == []

@@ -43,6 +43,22 @@ def _integrity_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _split_lines(summary: dict) -> list[str]:
+    """Split mode (scoring.feedback: split): the Δ family beside the paper's Δ, each with its band."""
+    if summary.get("feedback_mode") != "split":
+        return []
+
+    def with_band(name: str) -> str:
+        band = summary.get(f"{name}_band")
+        return fmt(summary.get(name), True) + (f" ±{fmt(band)}" if band is not None else "")
+
+    return [
+        f"- final split (never reported to the agent): clean delta {with_band('clean_delta')}, "
+        f"oracle delta {with_band('oracle_delta')}, selection gap {with_band('selection_gap')} "
+        f"(feedback delta {with_band('feedback_delta')})"
+    ]
+
+
 def _noise_note(summary: dict) -> str:
     """" (metric; grader noise ±band over K baseline evaluations)" where known."""
     parts = [summary["primary_metric"]] if summary.get("primary_metric") else []
@@ -134,6 +150,7 @@ def summary_markdown(summary: dict, records: list[dict]) -> str:
         *_integrity_lines(summary),
         f"- baseline {fmt(summary['baseline'])}, best {fmt(summary['best'])}, delta {fmt(summary['delta'], True)}"
         + _noise_note(summary),
+        *_split_lines(summary),
         f"- submissions: {summary['submissions']} ({summary['valid_submissions']} valid: score > 0; "
         f"{summary['scored_submissions']} evaluated), failure type: {summary['failure_type'] or 'none'}",
         *_overview_lines(summary),
