@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -121,6 +122,24 @@ def test_tiny_sweep_end_to_end(sweep):
 
 def test_same_command_again_does_nothing(sweep):
     assert planned_jobs(sweep) == {}
+
+
+def test_the_reference_agents_flag_nothing_and_their_lineage_is_read(sweep):
+    """The audit (integrity.json) of every run of the default tier's sweep: the reference agents wrote no
+    held-out item and their drivers said none; copy submitted the base model itself, sft a descendant."""
+    summaries = {path: read_json(path) for path in (sweep / "results" / "runs").rglob("summary.json")}
+    assert summaries
+    for path, summary in summaries.items():
+        integrity = read_json(path.parent / "integrity.json")
+        assert integrity["status"] == "clean" and summary["integrity"]["status"] == "clean", (path, integrity["label"])
+        assert integrity["contamination"]["items_scanned"] + integrity["contamination"]["items_too_short"] > 0
+        agent = path.parent.parent.name
+        if agent == "copy" and integrity["lineage"] is not None:
+            assert integrity["lineage"]["verdict"] == "untouched copy", path
+    sft = read_json(sweep / "results" / "runs" / "addition-control" / "smollm2-135m-instruct" / "sft" / "0" / "integrity.json")
+    assert sft["lineage"]["verdict"] == "descends from the base"
+    with open(sweep / "results" / "report" / "leaderboard.csv") as handle:
+        assert {row["integrity"] for row in csv.DictReader(handle)} == {"clean"}
 
 
 def test_reordered_or_spelled_out_config_keys_rerun_nothing(sweep):
@@ -380,6 +399,25 @@ def test_explicit_forcerun_reruns_one_agent_as_a_new_attempt(changed):
     assert run["attempt"] == 2 and run["previous_attempts"] == ["attempts/1"]
     assert (run_dir / "attempts" / "1" / "grader" / "ledger.jsonl").read_text().strip()
     assert {k: v for k, v in mtimes(changed, "run.json").items() if "/copy/" not in k} == others
+
+
+def test_held_out_items_planted_in_an_agents_training_file_are_flagged(changed):
+    """Five held-out items written into a file of the agent's workspace (planted here, from outside the
+    sandbox: the agent cannot read them) are found by the audit, each with its place, and flag the run."""
+    run_dir = changed / Path(*RUN) / "grpo" / "0"
+    # Items the benchmark's own training split holds are the split's (split_notes), not the agent's: not those.
+    twins = {m["item"] for m in read_json(run_dir / "integrity.json")["contamination"]["training_split"]["flagged"]}
+    rows = read_jsonl(changed / "results" / "data" / "gsm8k" / "eval" / "eval.jsonl")
+    heldout = [row for row in rows if row["id"] not in twins][:5]
+    planted = run_dir / "workspace" / "code" / "my_training_data.jsonl"
+    planted.write_text("".join(json.dumps({"prompt": row["question"], "completion": row["answer"]}) + "\n" for row in heldout))
+    snakemake(changed, "--cores", "2", "--forcerun", str((run_dir / "integrity.json").relative_to(changed)))
+    integrity = read_json(run_dir / "integrity.json")
+    assert integrity["status"] == "flagged" and integrity["label"].startswith("flagged: contamination (5 held-out items")
+    flagged = {m["item"]: m for m in integrity["contamination"]["flagged"]}
+    assert set(flagged) == {row["id"] for row in heldout}
+    assert all(m["where"]["path"].endswith("code/my_training_data.jsonl") for m in flagged.values())
+    assert read_json(run_dir / "summary.json")["integrity"]["status"] == "flagged"
 
 
 def test_paper_sweep_plans_with_cluster_runtimes(tmp_path):
