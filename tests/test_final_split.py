@@ -121,29 +121,36 @@ def _partition(share: float = 0.5) -> dict:
     }
 
 
+def _config(workspace: Path, tiny_model: Path, eval_dir: Path, partition: dict | None, share: float, **baseline) -> GraderConfig:
+    """A grader's config over the workspace: split mode with `partition` (full mode without), the base model's
+    numbers as `baseline` gives them (baseline_score, baseline_metrics, baseline_final_metrics)."""
+    split = {"scoring": {"feedback": "split", "final_share": share}} if partition else {}
+    return GraderConfig(
+        workspace=workspace,
+        grader_dir=workspace.parent / "grader",
+        task_settings={**GSM8K_SETTINGS, **split},
+        eval_dir=eval_dir,
+        baseline_fingerprint=fingerprint(tiny_model),
+        start_time=time.time(),
+        timeout_s=600,
+        secret=new_secret(),
+        evaluation=EVALUATION,
+        resources={"base_chat_template": None},
+        partition=partition,
+        **baseline,
+    )
+
+
 def _serve(workspace: Path, tiny_model: Path, partition: dict | None) -> tuple[GradingServer, FakeWorkers]:
     workers = FakeWorkers(partition)
     final_metrics = {"score": BASE_FINAL, "primary_metric": "accuracy", "metrics": {"accuracy": BASE_FINAL}, "n": 4}
-    grader = Grader(
-        GraderConfig(
-            workspace=workspace,
-            grader_dir=workspace.parent / "grader",
-            task_settings={**GSM8K_SETTINGS, **({"scoring": {"feedback": "split", "final_share": 0.5}} if partition else {})},
-            eval_dir=workspace.parent,  # the fake pool reads nothing
-            baseline_score=BASE_FEEDBACK if partition else 0.0,
-            baseline_fingerprint=fingerprint(tiny_model),
-            baseline_metrics={"score": BASE_FEEDBACK, "primary_metric": "accuracy", "metrics": {"accuracy": BASE_FEEDBACK}, "n": 3},
-            start_time=time.time(),
-            timeout_s=600,
-            secret=new_secret(),
-            evaluation=EVALUATION,
-            resources={"base_chat_template": None},
-            partition=partition,
-            baseline_final_metrics=final_metrics if partition else {},
-        ),
-        workers=workers,
+    config = _config(
+        workspace, tiny_model, workspace.parent, partition, 0.5,  # the fake pool reads nothing of eval_dir
+        baseline_score=BASE_FEEDBACK if partition else 0.0,
+        baseline_metrics={"score": BASE_FEEDBACK, "primary_metric": "accuracy", "metrics": {"accuracy": BASE_FEEDBACK}, "n": 3},
+        baseline_final_metrics=final_metrics if partition else {},
     )
-    return GradingServer(grader).start(), workers
+    return GradingServer(Grader(config, workers=workers)).start(), workers
 
 
 def _submissions(server, workspace: Path, tiny_model: Path) -> list[tuple[int, dict]]:
@@ -301,24 +308,11 @@ def test_a_real_grader_in_split_mode_evaluates_each_part_with_the_task(workspace
     parts = partition_items(ids, TEST_SALT, "gsm8k", 0.25)
     partition = {"n": len(ids), "digest": partition_digest(parts), **{p: {"n": len(parts[p]), "items": parts[p]} for p in parts}}
     assert (partition[FEEDBACK]["n"], partition[FINAL]["n"]) == (3, 1)
-    grader = Grader(
-        GraderConfig(
-            workspace=workspace,
-            grader_dir=workspace.parent / "grader",
-            task_settings={**GSM8K_SETTINGS, "scoring": {"feedback": "split", "final_share": 0.25}},
-            eval_dir=gsm8k_data[1],
-            baseline_score=0.0,
-            baseline_fingerprint=fingerprint(tiny_model),
-            start_time=time.time(),
-            timeout_s=600,
-            secret=new_secret(),
-            evaluation=EVALUATION,
-            resources={"base_chat_template": None},
-            partition=partition,
-            baseline_final_metrics={"score": 0.0, "primary_metric": "accuracy", "metrics": {"accuracy": 0.0}, "n": 1},
-        ),
-        workers=evaluation_workers,
+    config = _config(
+        workspace, tiny_model, gsm8k_data[1], partition, 0.25, baseline_score=0.0,
+        baseline_final_metrics={"score": 0.0, "primary_metric": "accuracy", "metrics": {"accuracy": 0.0}, "n": 1},
     )
+    grader = Grader(config, workers=evaluation_workers)
     server = GradingServer(grader).start()
     try:
         perturb(copy_model(tiny_model, workspace / "output" / "v1"))
