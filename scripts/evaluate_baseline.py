@@ -20,7 +20,7 @@ from rlbench.grader.fingerprint import checkpoint_manifest
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.recording.provenance import provenance
 from rlbench.tasks import get_task
-from rlbench.tasks.base import FEEDBACK, FINAL
+from rlbench.tasks.base import FEEDBACK, FINAL, partition_record
 
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 model_dir, eval_dir = Path(snakemake.input.model), Path(snakemake.input.eval).parent
@@ -50,19 +50,18 @@ def evaluate_repeats(items=None, label=""):
 result, scores = evaluate_repeats(partition[FEEDBACK]["items"] if partition else None, " (feedback)" if partition else "")
 if partition is not None:
     final_result, final_scores = evaluate_repeats(partition[FINAL]["items"], " (final)")
+    final_noise = noise_summary(final_scores)
     result.update(
         feedback_mode="split",
-        partition={
-            **{k: partition[k] for k in ("n", "final_share", "salt_sha256", "digest")},
-            **{f"{part}_n": partition[part]["n"] for part in (FEEDBACK, FINAL)},
-        },
+        partition=partition_record(partition),
         final_split={
             **{k: final_result[k] for k in ("score", "primary_metric", "metrics", "n")},
-            "grader_noise": noise_summary(final_scores),
+            "grader_noise": final_noise,
             "score_first": final_scores[0],
-            "score_mean": noise_summary(final_scores)["mean"],
+            "score_mean": final_noise["mean"],
         },
     )
+noise = noise_summary(scores)
 result.update(
     task=snakemake.wildcards.task,
     model=snakemake.wildcards.model,
@@ -70,11 +69,11 @@ result.update(
     # the checkpoint files' total: what bounds a submission's size (grader.checkpoint_size_factor)
     model_bytes=sum(f["size"] for f in manifest["files"]),
     model_generation=model_generation,
-    grader_noise=noise_summary(scores),
+    grader_noise=noise,
     # score is the first evaluation (the reference's single one); the mean of the K repeats beside it
     # (config evaluation.baseline_score chooses which Δ uses: evaluation.evaluate.delta_baseline)
     score_first=scores[0],
-    score_mean=noise_summary(scores)["mean"],
+    score_mean=noise["mean"],
     provenance=provenance(
         settings,
         data={"eval": read_json(Path(snakemake.input.eval_manifest))},

@@ -19,6 +19,7 @@ from rlbench.grader.fingerprint import fingerprint, fingerprint_matches
 from rlbench.fileio.jsonio import read_json, read_jsonl, write_json
 from rlbench.recording.ledger import is_scored
 from rlbench.recording.provenance import provenance
+from rlbench.tasks.base import FEEDBACK, FINAL, partition_record
 
 settings, evaluation = snakemake.params.task, snakemake.params.evaluation
 artifacts = read_json(Path(snakemake.input.artifacts))
@@ -55,8 +56,8 @@ else:
     if partition is None:
         result = evaluate_model(settings, model_dir, eval_dir, evaluation, resources=resources)
     else:
-        result = evaluate_model(settings, model_dir, eval_dir, evaluation, resources={**resources, "items": partition["feedback"]["items"]})
-        clean = evaluate_model(settings, model_dir, eval_dir, evaluation, resources={**resources, "items": partition["final"]["items"]})
+        result = evaluate_model(settings, model_dir, eval_dir, evaluation, resources={**resources, "items": partition[FEEDBACK]["items"]})
+        clean = evaluate_model(settings, model_dir, eval_dir, evaluation, resources={**resources, "items": partition[FINAL]["items"]})
         final["final_split"] = {
             **{k: clean[k] for k in ("score", "primary_metric", "metrics", "n")},
             "baseline_score": final_base,
@@ -79,10 +80,7 @@ if partition is not None:
         for e in (read_jsonl(ledger_path) if ledger_path.exists() else [])
         if is_scored(e) and isinstance(e.get("final"), dict) and e["final"].get("partition") == partition["digest"]
     ]
-    final["partition"] = {
-        **{k: partition[k] for k in ("n", "final_share", "salt_sha256", "digest")},
-        **{f"{part}_n": partition[part]["n"] for part in ("feedback", "final")},
-    }
+    final["partition"] = partition_record(partition)
     final.setdefault("final_split", {"score": None, "baseline_score": final_base})
     final["final_split"]["oracle_score"] = max(recorded, default=None)
     final["final_split"]["grader_noise"] = baseline["final_split"].get("grader_noise")

@@ -139,6 +139,15 @@ def partition_digest(partition: dict) -> str:
     return hashlib.sha256("\n".join(sorted(partition[FINAL])).encode()).hexdigest()
 
 
+def partition_record(partition: dict) -> dict:
+    """What a result says of the partition.json it was scored on: counts, share, the salt's sha256 and the
+    digest, never the items (baseline.json and final.json `partition`)."""
+    return {
+        **{k: partition[k] for k in ("n", "final_share", "salt_sha256", "digest")},
+        **{f"{part}_n": partition[part]["n"] for part in (FEEDBACK, FINAL)},
+    }
+
+
 PRIMARY_RANGE = (0.0, 100.0)
 
 # The end of every description.md: what of a submission the grader uses to build prompts and decode
