@@ -235,6 +235,9 @@ def validate_config(
                         f"'{where}.{kind}[{index}]' is {name!r}, which is not in config/{kind}/; "
                         f"allowed values: {', '.join(sorted(known)) or '(none registered)'}"
                     )
+    problems += _multi_grid_problems(config, grids)
+    if MULTI_DIR in registries.tasks:  # results/runs/multi/ holds the multi-task runs
+        problems.append(f"config/tasks/{MULTI_DIR}.yaml: the task name {MULTI_DIR!r} is reserved for multi-task runs; rename it")
     task_schema = load_schema("task")
     invalid = set()
     for name in config.get("tasks", {}):
@@ -296,10 +299,90 @@ def sweep_grids(config: dict) -> list[dict]:
     return [sweep] if isinstance(sweep, dict) else list(sweep)
 
 
-def sweep_runs(config: dict) -> list[dict]:
-    """Every (task, model, agent, seed) of the sweep, in grid order, each once."""
+def grid_mode(grid: dict) -> str:
+    """A grid's `mode`: single (one run per task) or multi (its tasks are one multi-task run)."""
+    return grid.get("mode") or "single"
+
+
+# A multi-task run's name for its tasks (its run directory's `tasks` part): the task names sorted and joined by
+# MULTI_JOIN, so that a grid's task order never makes two runs of one set of tasks. Task names never hold it.
+MULTI_JOIN = "+"
+# Where multi-task runs live under results/runs/ (beside one folder per task): no task may have this name.
+MULTI_DIR = "multi"
+
+
+def multi_group(tasks: list[str]) -> str:
+    """The name of the multi-task run over `tasks`: e.g. alfworld+alpaca-eval+gsm8k."""
+    return MULTI_JOIN.join(sorted(tasks))
+
+
+def group_tasks(group: str) -> list[str]:
+    """The tasks of a multi-task run, from its name (multi_group's inverse)."""
+    return group.split(MULTI_JOIN)
+
+
+def multi_runs(config: dict) -> list[dict]:
+    """Every multi-task run of the sweep (grids with mode multi), in grid order, each once: {"tasks": its name
+    (multi_group), "task_list": its tasks sorted, "model", "agent", "seed", "time_limit_s": its budget (the grid's
+    time_limit_s, else budget.time_limit_s)}."""
     runs: dict[tuple, dict] = {}
     for grid in sweep_grids(config):
+        if grid_mode(grid) != "multi":
+            continue
+        group = multi_group(grid["tasks"])
+        budget = grid.get("time_limit_s", config["budget"]["time_limit_s"])
+        for model in grid["models"]:
+            for agent in grid["agents"]:
+                for seed in grid["seeds"]:
+                    runs.setdefault(
+                        (group, model, agent, seed),
+                        dict(tasks=group, task_list=group_tasks(group), model=model, agent=agent, seed=seed, time_limit_s=budget),
+                    )
+    return list(runs.values())
+
+
+def multi_run_budget(config: dict, group: str, model: str, agent: str, seed: int) -> float:
+    """The time limit of one multi-task run (multi_runs)."""
+    for run in multi_runs(config):
+        if (run["tasks"], run["model"], run["agent"], int(run["seed"])) == (group, model, agent, int(seed)):
+            return run["time_limit_s"]
+    raise ConfigError(f"no multi-task run {group}/{model}/{agent}/{seed} in the sweep")
+
+
+def _multi_grid_problems(config: dict, grids: list[dict]) -> list[str]:
+    """A multi grid names at least two tasks; time_limit_s belongs to multi grids; one multi run (tasks, model,
+    agent, seed) named by two grids gets one budget."""
+    problems = []
+    budgets: dict[tuple, float] = {}
+    for number, grid in enumerate(grids):
+        where = "sweep" if isinstance(config["sweep"], dict) else f"sweep[{number}]"
+        if grid_mode(grid) != "multi":
+            if "time_limit_s" in grid:
+                problems.append(f"'{where}.time_limit_s' is for multi-task grids only: set mode: multi, or use budget.time_limit_s")
+            continue
+        if len(grid["tasks"]) < 2:
+            problems.append(f"'{where}' is a multi-task grid (mode: multi) with one task: name two or more, or drop mode")
+            continue
+        budget = grid.get("time_limit_s", config["budget"]["time_limit_s"])
+        for model in grid["models"]:
+            for agent in grid["agents"]:
+                for seed in grid["seeds"]:
+                    key = (multi_group(grid["tasks"]), model, agent, seed)
+                    if budgets.setdefault(key, budget) != budget:
+                        problems.append(
+                            f"'{where}' gives the multi-task run {'/'.join(map(str, key))} the budget {budget} s, "
+                            f"another grid {budgets[key]} s: give it one"
+                        )
+    return problems
+
+
+def sweep_runs(config: dict) -> list[dict]:
+    """Every single-task (task, model, agent, seed) of the sweep, in grid order, each once (multi grids' runs:
+    multi_runs)."""
+    runs: dict[tuple, dict] = {}
+    for grid in sweep_grids(config):
+        if grid_mode(grid) != "single":
+            continue
         for task in grid["tasks"]:
             for model in grid["models"]:
                 for agent in grid["agents"]:
