@@ -52,6 +52,7 @@ from rlbench.grader.gpu_locks import GpuLocks
 from rlbench.grader.ledger_file import LedgerFile
 from rlbench.grader.snapshot import SnapshotLimits, take_snapshot
 from rlbench.grader.submission import SubmissionRefused, inspect_checkpoint, resolve_submission
+from rlbench.grader.targets import ALL, BestPerTask, TaskTarget, combined, requested_tasks, task_entry
 from rlbench.grader.visible import AgentFiles, public, reference_run_meta, write_timer
 from rlbench.recording.ledger import (
     GRADER_ERROR,
@@ -110,6 +111,11 @@ class GraderConfig:
     # split mode: the base model's numbers on the final part (baseline.json "final_split"), what a
     # resubmitted base model's private final record gets from the cache.
     baseline_final_metrics: dict = field(default_factory=dict)
+    # A multi-task run: its tasks, in run order, each with its own split, baseline, resources and partition
+    # (grader.targets). The single-task fields above then describe the run as a whole: task_settings its name
+    # ({"name": "multi", "tasks": [...]}), baseline_score the mean of the tasks' baselines, baseline_fingerprint the
+    # base model's; eval_dir, baseline_metrics, resources and partition are the tasks' own. None: one task, the above.
+    tasks: dict[str, TaskTarget] | None = None
 
     @property
     def deadline(self) -> float:
@@ -128,13 +134,14 @@ class Grader:
     def __init__(self, config: GraderConfig, workers: WorkerPool | None = None):
         """`workers`: a pool shared with other graders (tests, benchmarks); the grader then leaves it
         running when it closes. By default each grader starts and closes a pool of its own."""
-        if "base_chat_template" not in config.resources:
+        self.config = config
+        self.multi = bool(config.tasks)
+        if any("base_chat_template" not in target.resources for target in self.targets.values()):
             raise ValueError(
                 "GraderConfig.resources needs base_chat_template: the base model's chat template text (None "
                 "when it has none), which submissions' prompts are rendered with (evaluation.evaluate."
                 "base_chat_template reads it from the baseline's result)"
             )
-        self.config = config
         self.ledger_path = config.grader_dir / LEDGER
         self.snapshots = config.grader_dir / "snapshots"
         self.best_model_dir = config.grader_dir / "best_model"
@@ -149,20 +156,27 @@ class Grader:
         self.workers = WorkerPool.from_settings(config.grader_dir / "workers", config.evaluation) if workers is None else workers
         self._content_locks: dict[str, threading.Lock] = {}  # fingerprint -> in-flight lock (_score)
         self._content_locks_guard = threading.Lock()
-        # fingerprint -> the numbers of its evaluation (score, primary_metric, metrics, n)
-        self._cache: dict[str, dict] = {
-            config.baseline_fingerprint: {**public_metrics(config.baseline_metrics), "score": config.baseline_score}
-        }
+        # (task, fingerprint) -> the numbers of its evaluation on that task (score, primary_metric, metrics, n)
+        self._cache: dict[tuple[str, str], dict] = {}
         self._kills: dict[str, int] = {}  # fingerprint -> evaluations killed while the model ran
-        # split mode: fingerprint -> the numbers of its final-part evaluation (private: the ledger's `final`)
-        self._final_cache: dict[str, dict] = {}
-        if config.partition is not None:
-            if not config.baseline_final_metrics:
-                raise ValueError(
-                    "scoring.feedback split needs the base model's final-split score (baseline.json final_split): "
-                    "rerun the baseline, e.g. snakemake --forcerun evaluate_baseline"
+        # split mode: (task, fingerprint) -> the numbers of its final-part evaluation (private: the ledger's `final`)
+        self._final_cache: dict[tuple[str, str], dict] = {}
+        for name, target in self.targets.items():
+            self._cache[(name, target.baseline_fingerprint)] = {
+                **public_metrics(target.baseline_metrics),
+                "score": target.baseline_score,
+            }
+            if target.partition is not None:
+                if not target.baseline_final_metrics:
+                    raise ValueError(
+                        "scoring.feedback split needs the base model's final-split score (baseline.json final_split): "
+                        "rerun the baseline, e.g. snakemake --forcerun evaluate_baseline"
+                    )
+                self._final_cache[(name, target.baseline_fingerprint)] = self._final_numbers(
+                    target.baseline_final_metrics, target.partition
                 )
-            self._final_cache[config.baseline_fingerprint] = self._final_numbers(config.baseline_final_metrics)
+        # multi-task runs: each task's best really scored submission and its snapshot (grader/best_models/<task>/)
+        self.best_by_task = BestPerTask(config.grader_dir)
         # The agent's view of the recorded entries and the files written from it (grader.visible).
         self.agent_files = AgentFiles(config.workspace, config.baseline_score)
         # The ledger, and the lines the disk refused, waiting to be written (_unrecorded).
@@ -174,6 +188,26 @@ class Grader:
         config.grader_dir.mkdir(parents=True, exist_ok=True)
         write_timer(config.workspace, config.deadline)
         self._write_agent_files()
+
+    @property
+    def targets(self) -> dict[str, TaskTarget]:
+        """What submissions are evaluated on: each task of a multi-task run (GraderConfig.tasks), else the run's
+        one task, read from the config's own fields (grader.targets)."""
+        config = self.config
+        if config.tasks:
+            return config.tasks
+        return {
+            config.task_settings["name"]: TaskTarget(
+                task_settings=config.task_settings,
+                eval_dir=config.eval_dir,
+                baseline_score=config.baseline_score,
+                baseline_fingerprint=config.baseline_fingerprint,
+                baseline_metrics=config.baseline_metrics,
+                resources=config.resources,
+                partition=config.partition,
+                baseline_final_metrics=config.baseline_final_metrics,
+            )
+        }
 
     # -- agent-visible state -------------------------------------------------------------
     def run_meta(self) -> dict:
@@ -281,6 +315,10 @@ class Grader:
                 )
             gpus = self.gpu_locks.for_request(payload.get("gpu"))
             entry["gpu"] = ",".join(gpus) or None
+            names = requested_tasks(payload, self.targets, self.multi)
+            if self.multi:  # what it asked for, and what its improvement will be measured against
+                entry["task"] = payload.get("task", ALL)
+                entry["baseline_score"] = round(sum(self.targets[n].baseline_score for n in names) / len(names), 6)
             model_dir = resolve_submission(self.config.workspace, model_path)
             # Copied first, following no link; from here on only the copy is read (grader.snapshot).
             copy = self.snapshots / f"{submission_id:04d}" / "model"
@@ -292,7 +330,7 @@ class Grader:
             # checkpoint.json also says how the copy was made and what it cost
             manifest = {**snapshot.manifest, "method": snapshot.method, "seconds": round(time.perf_counter() - started, 3)}
             entry["resolved_path"] = str(model_dir.relative_to(os.path.realpath(self.config.workspace)))
-            entry.update(self._score(submission_id, copy, gpus, held, entry, manifest))
+            entry.update(self._score(submission_id, copy, gpus, held, entry, manifest, names))
             entry["status"] = "cached" if entry["cached"] else "scored"
         except SubmissionRefused as refused:
             status = refused.status
@@ -337,7 +375,7 @@ class Grader:
             timestamp=iso_timestamp(finished),  # the reference's: when the evaluation finished
             responded_at=finished,
             elapsed_seconds=round(finished - received, 2),  # this submission's evaluation time
-            improvement=round(entry["score"] - self.config.baseline_score, 6),
+            improvement=round(entry["score"] - entry["baseline_score"], 6),
         )
 
     def _failure_entry(self, submission_id: int, received: float, exc: BaseException) -> tuple[int, dict]:
@@ -360,8 +398,10 @@ class Grader:
         held: ExitStack,
         entry: dict | None = None,
         manifest: dict | None = None,
+        names: list[str] | None = None,
     ) -> dict:
-        """Score a checkpoint, evaluating each distinct content once.
+        """Score a checkpoint on the tasks `names` (default: every task of the run), evaluating each distinct content
+        once per task.
 
         Lock order: the content's in-flight lock, then the cache, then the GPU locks. Concurrent
         submissions of the same new weights thus wait for the first one's evaluation and are
@@ -385,50 +425,98 @@ class Grader:
         digest = manifest["fingerprint"]
         write_checkpoint_record(pending, model_copy, manifest)
         held.enter_context(self._content_lock(digest))
-        result = {"fingerprint": digest, "cached": digest in self._cache}
-        split = self.config.partition is not None
-        if result["cached"]:
-            numbers = self._cache[digest]
+        parts = {
+            name: self._score_task(self.targets[name], digest, model_copy, pending, gpus)
+            for name in (names or list(self.targets))
+        }
+        if self.multi:
+            return self._multi_result(digest, parts)
+        (part,) = parts.values()
+        result = {"fingerprint": digest, "cached": part["cached"]}
+        result.update({k: part[k] for k in ("eval_seconds", "eval_timing", FINAL) if k in part})
+        result.update(part["numbers"])
+        result.update(score=float(part["numbers"]["score"]), provenance=self._provenance(digest))
+        return result
+
+    def _provenance(self, digest: str) -> dict:
+        return {**self.config.provenance, "models": {**self.config.provenance.get("models", {}), "submission": digest}}
+
+    def _multi_result(self, digest: str, parts: dict[str, dict]) -> dict:
+        """A multi-task submission's result: each task's numbers under `tasks`, the mean over them at the top level
+        (grader.targets.combined); each task's private records (its final part, timings) under `task_records`."""
+        tasks = {
+            name: task_entry(part["numbers"], self.targets[name].baseline_score, part["cached"])
+            for name, part in parts.items()
+        }
+        result = {"fingerprint": digest, "cached": all(part["cached"] for part in parts.values()), "tasks": tasks}
+        result.update(combined(tasks))
+        records = {
+            name: {k: part[k] for k in ("eval_seconds", "eval_timing", FINAL) if k in part} for name, part in parts.items()
+        }
+        if any(records.values()):
+            result["task_records"] = records
+        evaluated = [part["eval_seconds"] for part in parts.values() if "eval_seconds" in part]
+        if evaluated:
+            result["eval_seconds"] = round(sum(evaluated), 3)
+        result["provenance"] = self._provenance(digest)
+        return result
+
+    def _score_task(self, target: TaskTarget, digest: str, model_copy: Path, pending: Path, gpus: list[str]) -> dict:
+        """One task's numbers for a checkpoint: from the cache (per task and fingerprint), else evaluated under the
+        GPU locks (in split mode on both parts). {"numbers", "cached", and when evaluated "eval_seconds",
+        "eval_timing"; in split mode FINAL}. In a multi-task run a failure names its task."""
+        key = (target.name, digest)
+        split = target.partition is not None
+        if key in self._cache:
+            part = {"numbers": self._cache[key], "cached": True}
             if split:
-                result[FINAL] = self._final_cache[digest]
-        else:
+                part[FINAL] = self._final_cache[key]
+            return part
+        where = pending / "eval" / target.name if self.multi else pending / "eval"
+        where_final = pending / "eval-final" / target.name if self.multi else pending / "eval-final"
+        try:
             with ExitStack() as gpu_locks:
                 for lock in self.gpu_locks.locks_for(gpus):
                     gpu_locks.enter_context(lock)
-                outcome = self._evaluate(digest, model_copy, pending / "eval", gpus, FEEDBACK if split else None)
+                outcome = self._evaluate(digest, model_copy, where, gpus, FEEDBACK if split else None, target)
                 # split mode: the final part in the same request, before the answer (see the module's docstring)
-                final = self._evaluate(digest, model_copy, pending / "eval-final", gpus, FINAL) if split else None
-            # Numbers only: the child's result also holds the items (completions), which may quote the split.
-            numbers = public_metrics(outcome)
-            if outcome.get("chat_template") is not None:  # which template its prompts were rendered with
-                numbers["chat_template"] = outcome["chat_template"]
-            result["eval_seconds"] = float(outcome["eval_seconds"])
-            result["eval_timing"] = {  # where the time went (private: the grader's own bookkeeping)
+                final = self._evaluate(digest, model_copy, where_final, gpus, FINAL, target) if split else None
+        except (EvaluationError, GraderFault) as failure:
+            if not self.multi:
+                raise
+            raise _on_task(failure, target.name) from None
+        # Numbers only: the child's result also holds the items (completions), which may quote the split.
+        numbers = public_metrics(outcome)
+        if outcome.get("chat_template") is not None:  # which template its prompts were rendered with
+            numbers["chat_template"] = outcome["chat_template"]
+        part = {
+            "numbers": numbers,
+            "cached": False,
+            "eval_seconds": float(outcome["eval_seconds"]),
+            "eval_timing": {  # where the time went (private: the grader's own bookkeeping)
                 "phase_seconds": outcome.get("phase_seconds"),
                 "worker": outcome.get("worker") or {"mode": "fresh", "reused": False},
+            },
+        }
+        if final is not None:
+            # one duration for the two parts, as the agent would see for the whole split in full mode
+            part["eval_seconds"] = round(part["eval_seconds"] + float(final["eval_seconds"]), 3)
+            part["eval_timing"][FINAL] = {
+                "eval_seconds": final.get("eval_seconds"),
+                "phase_seconds": final.get("phase_seconds"),
+                "worker": final.get("worker") or {"mode": "fresh", "reused": False},
             }
-            if final is not None:
-                # one duration for the two parts, as the agent would see for the whole split in full mode
-                result["eval_seconds"] = round(result["eval_seconds"] + float(final["eval_seconds"]), 3)
-                result["eval_timing"][FINAL] = {
-                    "eval_seconds": final.get("eval_seconds"),
-                    "phase_seconds": final.get("phase_seconds"),
-                    "worker": final.get("worker") or {"mode": "fresh", "reused": False},
-                }
-                result[FINAL] = self._final_cache[digest] = self._final_numbers(final)
-            self._cache[digest] = numbers  # only successes are cached; failures are retried
-        result.update(numbers)
-        result.update(
-            score=float(numbers["score"]),
-            provenance={**self.config.provenance, "models": {**self.config.provenance.get("models", {}), "submission": digest}},
-        )
-        return result
+            part[FINAL] = self._final_cache[key] = self._final_numbers(final, target.partition)
+        self._cache[key] = numbers  # only successes are cached; failures are retried
+        return part
 
-    def _final_numbers(self, result: dict) -> dict:
+    def _final_numbers(self, result: dict, partition: dict) -> dict:
         """The ledger's private `final` record of a final-part evaluation: its numbers and the partition's digest."""
-        return {**public_metrics(result), "score": float(result["score"]), "partition": self.config.partition.get("digest")}
+        return {**public_metrics(result), "score": float(result["score"]), "partition": partition.get("digest")}
 
-    def _evaluate(self, digest: str, model_copy: Path, work_dir: Path, gpus: list[str], part: str | None = None) -> dict:
+    def _evaluate(
+        self, digest: str, model_copy: Path, work_dir: Path, gpus: list[str], part: str | None, target: TaskTarget
+    ) -> dict:
         """The evaluation (in a worker: rlbench.evaluation.workers), with a bound on the grader faults one content may cause.
 
         part: FEEDBACK or FINAL in split mode, the evaluation restricted to that part's items
@@ -439,14 +527,14 @@ class Grader:
         again and again are most likely too big for it: after GRADER_FAULTS_RETRIED such kills the
         next one is answered as the model's failure (422), so that an agent cannot be told to
         retry it forever. Called with the content's lock held: the count is per content."""
-        resources = self.config.resources
+        resources = target.resources
         if part is not None:
-            resources = {**resources, "items": list(self.config.partition[part]["items"])}
+            resources = {**resources, "items": list(target.partition[part]["items"])}
         try:
             return self.workers.evaluate(
-                self.config.task_settings,
+                target.task_settings,
                 model_copy,
-                self.config.eval_dir,
+                target.eval_dir,
                 self.config.evaluation,
                 work_dir,
                 gpu=",".join(gpus) or None,
@@ -507,8 +595,10 @@ class Grader:
         sid = entry["submission_id"]
         self.agent_files.forget(sid)
         if entry.get("status") == "scored":  # this request's evaluation, cached by _score
-            self._cache.pop(entry.get("fingerprint"), None)
-            self._final_cache.pop(entry.get("fingerprint"), None)
+            tasks = entry.get("tasks") or {name: {"cached": False} for name in self.targets}
+            for name in (n for n, t in tasks.items() if not t.get("cached")):
+                self._cache.pop((name, entry.get("fingerprint")), None)
+                self._final_cache.pop((name, entry.get("fingerprint")), None)
         shutil.rmtree(self.snapshots / f"{sid:04d}", ignore_errors=True)
         status, failed = self._failure_entry(sid, entry.get("submitted_at") or time.time(), exc)
         failed.update(model_path=entry.get("model_path"), gpu=entry.get("gpu"))
@@ -534,8 +624,10 @@ class Grader:
         """Best snapshot, last_submit_time and the agent's files; failures are logged, not raised."""
         try:
             pending = self.snapshots / f"{entry['submission_id']:04d}" / "model"
+            if self.multi:
+                self._after_record_multi(entry, pending)
             # Only a real evaluation of the submitted weights can become the best model.
-            if is_scored(entry) and (self.best is None or entry["score"] > self.best["score"]):
+            elif is_scored(entry) and (self.best is None or entry["score"] > self.best["score"]):
                 best = {k: entry[k] for k in ("submission_id", "model_path", "score", "improvement", "fingerprint")}
                 self._promote_best(pending, best)
                 self.best = best
@@ -552,6 +644,17 @@ class Grader:
             self._write_agent_files()
         except Exception:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
+
+    def _after_record_multi(self, entry: dict, pending: Path) -> None:
+        """A multi-task run keeps each task's best snapshot (grader.targets.BestPerTask) and, as `best`, the best
+        mean over all the run's tasks among submissions evaluated on all of them (one model for every task)."""
+        self.best_by_task.update(entry, pending)
+        if pending.exists():
+            shutil.rmtree(pending)  # the tasks it is the best of have it under best_models/
+        if is_scored(entry) and len(entry.get("tasks") or {}) == len(self.targets):
+            if self.best is None or entry["score"] > self.best["score"]:
+                self.best = {k: entry[k] for k in ("submission_id", "model_path", "score", "improvement", "fingerprint")}
+                write_json(self.config.grader_dir / "best.json", self.best)
 
     def _earlier_result(self, entry: dict) -> int | None:
         """The submission whose result a resubmission of the same path and weights repeats.
@@ -600,9 +703,19 @@ class Grader:
             return {
                 "status": "ok",
                 "task": self.config.task_settings["name"],
+                **({"tasks": list(self.targets)} if self.multi else {}),
                 "workspace": str(self.config.workspace),
                 "available_gpus": self.gpu_locks.available,
                 "gpus": self.gpu_locks.available,
                 "total_submissions": self.agent_files.submissions,
                 "requests": len(self.entries) - len(self.ledger.waiting),  # those in the ledger, and in flight
             }
+
+
+def _on_task(failure: EvaluationError | GraderFault, task: str) -> EvaluationError | GraderFault:
+    """A multi-task submission's failure on one task, its message naming the task (names are no secret)."""
+    if isinstance(failure, GraderFault):
+        return GraderFault(
+            f"task {task}: {failure}", failure.detail, signal_name=failure.signal_name, phase=failure.phase
+        )
+    return EvaluationError(f"task {task}: {failure}", failure.detail)

@@ -25,8 +25,9 @@ from rlbench.recording.ledger import is_submission, reference_entry
 
 # Ledger fields the agent never gets back (they stay in grader/ledger.jsonl). error_detail: a
 # failure's full story, which may quote the held-out split (rlbench.evaluation.request). final: the
-# submission's numbers on the final part of the split (scoring.feedback split; grader.grading).
-PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance", "error_detail", "eval_timing", "final")
+# submission's numbers on the final part of the split (scoring.feedback split; grader.grading). task_records: a
+# multi-task submission's per-task private records (each task's `final`, its timings; grader.targets).
+PRIVATE_FIELDS = ("fingerprint", "resolved_path", "provenance", "error_detail", "eval_timing", "final", "task_records")
 # submissions.json lists this many of the most recent requests (its totals count them all): it is
 # rewritten on every request, and must not cost more the more requests there were. (The agent's
 # INSTRUCTIONS, rlbench.agent_run.workspace, give this number.)

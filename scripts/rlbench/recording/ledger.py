@@ -41,6 +41,12 @@ tail: it may quote the held-out split, so the agent never gets it back; grader.v
 eval_timing (private too: the evaluation's phase_seconds, setup / loading / generating / scoring,
 and its worker: mode warm | fresh, reused, startup_s; rlbench.evaluation.workers). The fingerprint is sha256
 over the checkpoint's manifest (grader.fingerprint.FINGERPRINT_TAG).
+
+A multi-task run's entries (grader.targets) also carry `task` (what the request asked for: "all" or a task
+name), `tasks` (per task evaluated: score, baseline_score, improvement, primary_metric, metrics, n, cached) and
+`summary`; their score, baseline_score and improvement are the mean over `tasks`. Each task's private records
+(its final-split numbers, timings) are under `task_records`. task_view gives one task's view of such a ledger,
+read like a single-task run's.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from datetime import datetime
 
 # Refusal codes of requests the reference answers with 400 and never records: not submissions.
 REQUEST_ERRORS = frozenset(
-    {"malformed_request", "outside_workspace", "invalid_gpu", "deadline_passed", "request_too_large"}
+    {"malformed_request", "outside_workspace", "invalid_gpu", "deadline_passed", "request_too_large", "unknown_task"}
 )
 # The status of a request the grader itself failed on: never the agent's submission.
 GRADER_ERROR = "grader_error"
@@ -69,6 +75,40 @@ REFERENCE_FIELDS = (
     "improvement",
     "elapsed_seconds",
 )
+
+
+# A multi-task run's fields of an entry that scores.json carries too (what was asked for, each task's numbers).
+MULTI_FIELDS = ("task", "tasks")
+# The fields task_view takes from a multi-task entry's `tasks[<task>]` to the top level.
+TASK_NUMBERS = ("score", "baseline_score", "improvement", "primary_metric", "metrics", "n", "chat_template")
+
+
+def task_view(entries: list[dict], task: str) -> list[dict]:
+    """One task's view of a multi-task run's ledger, shaped like a single-task run's entries: the submissions
+    evaluated on that task with that task's numbers at the top level (status cached when its result for this task
+    came from the cache), its private final-split record as `final`; the requests that asked for it (or for every
+    task) and were refused or failed; and the requests refused before their task was read. Submission ids are
+    kept. Entries of a single-task ledger (no `tasks`) are returned unchanged when they concern the task."""
+    view = []
+    for entry in entries:
+        tasks = entry.get("tasks")
+        if isinstance(tasks, dict):
+            if task not in tasks:
+                continue
+            numbers = tasks[task]
+            record = (entry.get("task_records") or {}).get(task) or {}
+            projected = {k: v for k, v in entry.items() if k not in ("tasks", "task_records", "summary", "final")}
+            projected.update({k: numbers[k] for k in TASK_NUMBERS if k in numbers})
+            projected["cached"] = bool(numbers.get("cached"))
+            if is_scored(entry):
+                projected["status"] = "cached" if projected["cached"] else "scored"
+            projected.pop("eval_seconds", None)
+            projected.pop("eval_timing", None)
+            projected.update(record)
+            view.append(projected)
+        elif entry.get("task") in (None, "all", task):
+            view.append(entry)
+    return view
 
 
 def iso_timestamp(unix_seconds: float) -> str:
@@ -99,6 +139,9 @@ def is_scored(entry: dict) -> bool:
 def reference_entry(entry: dict) -> dict:
     """An entry as the reference writes it to scores.json: `error` only when there is one."""
     record = {k: entry.get(k) for k in REFERENCE_FIELDS}
+    for key in MULTI_FIELDS:  # a multi-task run's (absent in a single-task run: the reference's entry exactly)
+        if key in entry:
+            record[key] = entry[key]
     if entry.get("error"):
         record["error"] = entry["error"]
     return record
