@@ -3,12 +3,17 @@
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from rlbench.config import (
+    MULTI_DIR,
     ConfigError,
     Registries,
+    group_tasks,
+    multi_run_budget,
+    multi_runs,
     sweep_runs,
     task_settings,
     validate_config,
@@ -134,8 +139,27 @@ def get_level(wildcards):
 
 
 def get_run_files(name):
-    """One file per run of the sweep, e.g. every summary.json."""
+    """One file per single-task run of the sweep, e.g. every summary.json."""
     return [run_path(name).format(**run) for run in sweep_runs(config)]
+
+
+def get_multi_files(name, per_task=False):
+    """One file per multi-task run of the sweep (rules/multi.smk), or per task of each (its tasks/<task>/ view)."""
+    files = []
+    for run in multi_runs(config):
+        base = f"results/runs/{MULTI_DIR}/{run['tasks']}/{run['model']}/{run['agent']}/{run['seed']}"
+        if per_task:
+            files += [f"{base}/tasks/{task}/{name}" for task in run["task_list"]]
+        else:
+            files.append(f"{base}/{name}")
+    return files
+
+
+def get_table_summaries(wildcards=None):
+    """What the tables read: every single-task run's summary.json and every task's of each multi-task run."""
+    return get_run_files("summary.json") + get_multi_files(
+        "summary.json", per_task=True
+    )
 
 
 # The analysis stage's tables (aggregate; CSV and Markdown) and figures (report_figures; PNG and SVG)
@@ -198,4 +222,92 @@ def get_final_output():
         ["results/report/leaderboard.csv", "results/report/index.html"]
         + get_run_files("final.json")
         + get_run_files("summary.json")
+        + get_multi_files("final.json", per_task=True)
+        + get_multi_files("summary.json")
     )
+
+
+# -- multi-task runs (rules/multi.smk) ------------------------------------------------------------
+MULTI_RUN_DIR = f"results/runs/{MULTI_DIR}/{{tasks}}/{{model}}/{{agent}}/{{seed}}"
+MEMBER_DIR = f"{MULTI_RUN_DIR}/tasks/{{task}}"
+
+
+wildcard_constraints:
+    tasks=rf"(?:{_alternatives(REGISTRIES.tasks)})(?:\+(?:{_alternatives(REGISTRIES.tasks)}))+",
+
+
+def multi_path(name):
+    """A file of one multi-task run, as a wildcard pattern."""
+    return f"{MULTI_RUN_DIR}/{name}"
+
+
+def member_path(name):
+    """A file of one task's view of a multi-task run, as a wildcard pattern."""
+    return f"{MEMBER_DIR}/{name}"
+
+
+def run_tasks(wildcards):
+    """The tasks of the multi-task run named by the wildcards, sorted (rlbench.config.group_tasks)."""
+    return group_tasks(wildcards.tasks)
+
+
+def member_wildcards(wildcards, task):
+    """The wildcards of one task of a multi-task run, as the single-task input functions read them."""
+    return SimpleNamespace(
+        task=task, model=wildcards.model, agent=wildcards.agent, seed=wildcards.seed
+    )
+
+
+def member_inputs(stage):
+    """An input function: per task k of the run, its training and held-out splits, its baseline, its partition
+    (split mode) and its level's inputs at `stage` ("agent"), named m<k>_<name> (what run_agent.py and
+    prepare_workspace_multi.py read back). The held-out split, baseline and partition are ancient, as for a
+    single-task run_agent: changing them never reruns an agent."""
+
+    def inputs(wildcards):
+        merged = {}
+        for k, task in enumerate(run_tasks(wildcards)):
+            member = member_wildcards(wildcards, task)
+            files = {
+                "train": f"results/data/{task}/train/train.jsonl",
+                "train_manifest": f"results/data/{task}/train/manifest.json",
+                "eval": ancient(f"results/data/{task}/eval/eval.jsonl"),
+                "eval_manifest": ancient(f"results/data/{task}/eval/manifest.json"),
+                "baseline": ancient(f"results/baselines/{task}/{wildcards.model}.json"),
+            }
+            if "scoring" in get_task_settings(member):
+                files["partition"] = ancient(PARTITION.format(task=task))
+            files.update(level_inputs(stage)(member))
+            merged.update({f"m{k}_{name}": path for name, path in files.items()})
+        return merged
+
+    return inputs
+
+
+def get_multi_budget(wildcards):
+    """budget: with this run's time limit (its grid's time_limit_s, else budget.time_limit_s)."""
+    return {
+        **config["budget"],
+        "time_limit_s": multi_run_budget(
+            config,
+            wildcards.tasks,
+            wildcards.model,
+            wildcards.agent,
+            int(wildcards.seed),
+        ),
+    }
+
+
+def get_multi_runtime_minutes(wildcards):
+    budget = get_multi_budget(wildcards)
+    seconds = budget["time_limit_s"] + budget["kill_grace_s"] + budget["overhead_s"]
+    return int(-(-seconds // 60))
+
+
+def member_check(wildcards):
+    """A task's view exists only for the run's own tasks."""
+    if wildcards.task not in run_tasks(wildcards):
+        raise ValueError(
+            f"{wildcards.task} is not a task of the multi-task run {wildcards.tasks}"
+        )
+    return {}

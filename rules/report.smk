@@ -10,7 +10,7 @@ localrules:
 
 rule aggregate:
     input:
-        summaries=get_run_files("summary.json"),
+        summaries=get_table_summaries(),
     output:
         **report_outputs(TABLE, "Tables"),
         leaderboard=report(
@@ -31,7 +31,7 @@ rule aggregate:
 
 rule report_figures:
     input:
-        summaries=get_run_files("summary.json"),
+        summaries=get_table_summaries(),
         tables=report_files(TABLE),
     output:
         **report_outputs(FIGURE, "Figures"),

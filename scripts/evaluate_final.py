@@ -74,7 +74,8 @@ else:
     )
 if partition is not None:
     # The oracle: the best final-split score the grader recorded (privately) for any scored submission.
-    ledger_path = Path(snakemake.output.final).parent / "grader" / "ledger.jsonl"
+    # (a multi-task run's task: that task's view of the run's ledger, rule member_artifacts)
+    ledger_path = Path(snakemake.input.get("ledger") or Path(snakemake.output.final).parent / "grader" / "ledger.jsonl")
     recorded = [
         e["final"]["score"]
         for e in (read_jsonl(ledger_path) if ledger_path.exists() else [])

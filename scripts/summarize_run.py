@@ -19,23 +19,42 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from rlbench.summaries.iterations import jsonl_record
 from rlbench.summaries.markdown import summary_markdown
+from rlbench.summaries.multi import member_mode, multi_block
 from rlbench.summaries.summary import summarize
-from rlbench.fileio.jsonio import read_json, write_json
+from rlbench.fileio.jsonio import read_json, read_jsonl, write_json
 from rlbench.summaries.narrative import add_narrative
 from rlbench.summaries.run_report import plot_score_trajectory, write_metrics_json
 
 run_json = Path(snakemake.input.run)
+run = read_json(run_json)
 artifacts = read_json(Path(snakemake.input.artifacts))
+# A multi-task run's task (rules/multi.smk): its view of the run's ledger (rule member_artifacts).
+ledger = list(read_jsonl(Path(snakemake.input.ledger))) if snakemake.input.get("ledger") else None
 summary, records = summarize(
     run_json.parent,
-    run=read_json(run_json),
+    run=run,
     final=read_json(Path(snakemake.input.final)),
     baseline=read_json(Path(snakemake.input.baseline)),
     level=snakemake.params.level,
     base_model=artifacts.get("base_model"),
     mode=read_json(Path(snakemake.input.manifest)).get("mode"),
     integrity=read_json(Path(snakemake.input.integrity)),
+    ledger=ledger,
 )
+if ledger is not None:
+    # One row of the tables per task of the run, next to the single-task runs: its own task label, the run's
+    # tasks as `multi`, mode multi (rlbench.summaries.multi), and the run's multi block (the mean Δ over its tasks).
+    wildcards, tasks = snakemake.wildcards, snakemake.params.tasks
+    summary["labels"] = {
+        "task": wildcards.task,
+        "model": wildcards.model,
+        "agent": wildcards.agent,
+        "seed": wildcards.seed,
+        "multi": wildcards.tasks,
+    }
+    summary["mode"] = member_mode(summary["mode"])
+    finals = {task: read_json(Path(path)) for task, path in zip(tasks, snakemake.input.member_finals)}
+    summary["multi"] = multi_block(wildcards.tasks, tasks, finals, run)
 judge_model = snakemake.input.get("judge_model")
 add_narrative(
     summary,

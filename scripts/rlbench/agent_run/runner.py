@@ -7,6 +7,7 @@ import subprocess
 import time
 from contextlib import ExitStack
 from dataclasses import asdict
+from pathlib import Path
 
 from rlbench.agent_run.attempts import attempt_recorded, begin_attempt, previous_attempts
 from rlbench.agent_run.environment import (
@@ -29,6 +30,7 @@ from rlbench.evaluation.evaluate import base_chat_template, base_model_bytes, de
 from rlbench.fileio.jsonio import read_json, write_json
 from rlbench.grader.grading import Grader, GraderConfig
 from rlbench.grader.server import GradingServer, new_secret
+from rlbench.grader.targets import TaskTarget
 from rlbench.recording.ledger import is_scored
 from rlbench.recording.provenance import provenance
 from rlbench.recording.trace import ResourceSampler, tree_of
@@ -48,13 +50,37 @@ def run_agent(spec: RunSpec) -> RunRecord:
         return _run_agent(spec, stop)
 
 
-def _baseline_final(spec: RunSpec) -> dict:
+def _baseline_final(baseline: dict, partition: dict | None, evaluation: dict) -> dict:
     """split mode: the base model's numbers on the final part (baseline.json final_split), its score the one
     evaluation.baseline_score chooses; {} in full mode (the grader refuses split mode without them)."""
-    final_split = spec.baseline.get("final_split") if spec.partition is not None else None
+    final_split = baseline.get("final_split") if partition is not None else None
     if not isinstance(final_split, dict):
         return {}
-    return {**final_split, "score": delta_baseline(final_split, spec.evaluation)[0]}
+    return {**final_split, "score": delta_baseline(final_split, evaluation)[0]}
+
+
+def _targets(spec: RunSpec, base_template: str | None) -> dict[str, TaskTarget] | None:
+    """A multi-task run's grader targets (grader.targets), one per member task; None for a single-task run."""
+    if not spec.members:
+        return None
+    targets = {}
+    for name, member in spec.members.items():
+        baseline = member["baseline"]
+        targets[name] = TaskTarget(
+            task_settings=member["task_settings"],
+            eval_dir=Path(member["eval_dir"]).resolve(),
+            baseline_score=delta_baseline(baseline, spec.evaluation)[0],
+            baseline_fingerprint=baseline["fingerprint"],
+            baseline_metrics=baseline,
+            resources={
+                **(member.get("resources") or {}),
+                "base_chat_template": base_template,
+                "model_generation": baseline.get("model_generation"),
+            },
+            partition=member.get("partition"),
+            baseline_final_metrics=_baseline_final(baseline, member.get("partition"), spec.evaluation),
+        )
+    return targets
 
 
 def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
@@ -80,14 +106,20 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
         models={"base": spec.baseline["fingerprint"]},
         evaluation=spec.evaluation,
     )
+    targets = _targets(spec, base_template)
     grader = Grader(
         GraderConfig(
             workspace=spec.workspace.resolve(),
             grader_dir=grader_dir,
             task_settings=spec.task_settings,
             eval_dir=spec.eval_dir.resolve(),
-            # what improvements are computed against (evaluation.baseline_score: first or mean)
-            baseline_score=delta_baseline(spec.baseline, spec.evaluation)[0],
+            # what improvements are computed against (evaluation.baseline_score: first or mean; a multi-task run:
+            # the mean of its tasks')
+            baseline_score=(
+                delta_baseline(spec.baseline, spec.evaluation)[0]
+                if targets is None
+                else sum(t.baseline_score for t in targets.values()) / len(targets)
+            ),
             baseline_fingerprint=spec.baseline["fingerprint"],
             start_time=start,
             timeout_s=spec.time_limit_s,
@@ -105,7 +137,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             max_checkpoint_bytes=max_checkpoint_bytes,
             disk_reserve_bytes=guard["disk_reserve_bytes"],
             partition=spec.partition,
-            baseline_final_metrics=_baseline_final(spec),
+            baseline_final_metrics=_baseline_final(spec.baseline, spec.partition, spec.evaluation),
+            tasks=targets,
         )
     )
     grader.warm_up()  # the evaluation worker imports torch while the agent starts
@@ -252,6 +285,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
         stopped_by=stopped_by,
         network=plan.network,
         limits=limits,
+        tasks=spec.tasks,
+        best_by_task=dict(grader.best_by_task.best) if spec.members else None,
     )
     if cli is not None:
         record.llm = cli.record()

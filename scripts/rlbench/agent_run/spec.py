@@ -39,6 +39,17 @@ class RunSpec:
     data: dict = field(default_factory=dict)  # hashes of the splits, for provenance
     # scoring.feedback split: the held-out split's partition (partition.json); None: full mode (the reference's)
     partition: dict | None = None
+    # A multi-task run: its tasks in run order, each {"task_settings", "eval_dir", "baseline", "resources",
+    # "partition"} (what the grader evaluates that task with; grader.targets.TaskTarget). The single-task fields
+    # above then describe the run as a whole: task_settings {"name": "multi", "tasks": {task: settings}}, baseline
+    # the base model's record (fingerprint, size, chat template: the same model for every task), eval_dir and
+    # partition unused. None: a single-task run.
+    members: dict[str, dict] | None = None
+
+    @property
+    def tasks(self) -> list[str] | None:
+        """A multi-task run's tasks, in run order (the agent's TASKS); None for a single-task run."""
+        return list(self.members) if self.members else None
 
 
 @dataclass
@@ -90,3 +101,7 @@ class RunRecord:
     # The agent's memory and process limits: {"memory_bytes", "processes", "enforced_by": "cgroup v2" | "cgroup v1"
     # | null, "oom_kills": processes the kernel killed at the memory limit, "note": why nothing enforced them}.
     limits: dict | None = None
+    # A multi-task run: its tasks, and per task the best really scored submission (grader/best_by_task.json);
+    # `best` is then the best mean over all the tasks among the submissions evaluated on all of them.
+    tasks: list[str] | None = None
+    best_by_task: dict | None = None

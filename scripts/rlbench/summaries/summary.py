@@ -29,18 +29,22 @@ def summarize(
     base_model: str | None = None,
     mode: str | None = None,
     integrity: dict | None = None,
+    ledger: list[dict] | None = None,
 ) -> tuple[dict, list[dict]]:
     """summary.json and the summary.jsonl records of one run directory.
 
     baseline: the grader's baseline (score, fingerprint); final: final.json; base_model:
     models/<hf_id> (artifacts.json "base_model"); mode: the agent's operating mode (its registry
-    entry, recorded in workspace.json; read from there when not given). summary.json's `mode` and
+    entry, recorded in workspace.json; read from there when not given); ledger: the entries to summarize (a
+    multi-task run's task: its view of the run's ledger, recording.ledger.task_view), else grader/ledger.jsonl.
+    summary.json's `mode` and
     `mode_audit` (modes.audit_mode over the recorded code revisions) are ours, beside the
     reference's fields."""
     run_dir = Path(run_dir)
     workspace, grader = run_dir / "workspace", run_dir / "grader"
     ledger_path = grader / "ledger.jsonl"
-    ledger = list(read_jsonl(ledger_path)) if ledger_path.exists() else []
+    if ledger is None:
+        ledger = list(read_jsonl(ledger_path)) if ledger_path.exists() else []
     submissions = recorded_submissions(ledger)
     base_model = base_model_dir(workspace, base_model)
     meta = load_run_meta(workspace, run, submissions, grader)
