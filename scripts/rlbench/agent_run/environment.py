@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rlbench.agent_run.attempts import RUN_MARKER
 from rlbench.agent_run.spec import RunSpec
+from rlbench.agent_run.workspace import TASKS_DIR
 from rlbench.paths import AGENTS_DIR, REPO_ROOT
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -147,8 +148,11 @@ def host_env_kept(spec: RunSpec, environ: Mapping[str, str] = os.environ) -> dic
 
 def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
     """The agent's environment: the contract's variables, the agent entry's `env`, and the little of the
-    host's that host_env_kept allows."""
+    host's that host_env_kept allows. A multi-task run's agent (spec.tasks) gets TASK=multi, TASKS (its tasks,
+    comma-separated, in run order) and DATA_PATH the workspace's tasks/ folder (each task's split in
+    tasks/<task>/data/); a single-task run's gets no TASKS."""
     workspace = spec.workspace.resolve()
+    tasks = getattr(spec, "tasks", None)
     env = host_env_kept(spec)
     env.update(OFFLINE_ENV)
     env.update({k: str(v) for k, v in (spec.agent.get("env") or {}).items()})
@@ -172,6 +176,8 @@ def agent_env(spec: RunSpec, url: str, marker: str) -> dict:
         TMPDIR="/tmp",
         PYTHONUNBUFFERED="1",
     )
+    if tasks:
+        env.update(TASK="multi", TASKS=",".join(tasks), DATA_PATH=str(workspace / TASKS_DIR))
     # Loopback never goes through a proxy (the grader, the gateway and bridged ports are all on 127.0.0.1); in an
     # isolated sandbox no proxy is reachable anyway, so none is passed on (host_env_kept).
     local = "127.0.0.1,localhost,::1"
