@@ -3,6 +3,9 @@
 An agent sees only environment variables, the workspace files and the grading API, exactly
 like an LLM agent would: `TASK`, `BASE_MODEL`, `WORKSPACE`, `MODEL_PATH`, `DATA_PATH`,
 `OUTPUT_DIR`, `GRADING_SERVER_URL` (its secret is a path prefix: append `/submit`, `/time`).
+In a multi-task run `TASK` is `multi`, `TASKS` lists the run's tasks (comma-separated) and
+`DATA_PATH` is the workspace's `tasks/` folder: task t's files are in `tasks/t/` (its training
+split in `tasks/t/data/`, its `task.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ DATA_PATH = Path(os.environ.get("DATA_PATH", WORKSPACE / "data"))
 OUTPUT_DIR = Path(os.environ.get("OUTPUT_DIR", WORKSPACE / "output"))
 SERVER = os.environ.get("GRADING_SERVER_URL", "").rstrip("/")
 SEED = int(os.environ.get("AGENT_SEED", "0"))
+# A multi-task run's tasks, in run order (empty in a single-task run).
+TASKS = [name for name in os.environ.get("TASKS", "").split(",") if name.strip()]
 
 # Keep this agent's code in the workspace, where an LLM agent's code would be: the harness
 # snapshots code/ at every submission and reads the training route from it.
@@ -62,9 +67,35 @@ def load_task():
 
 
 def load_rows(limit: int | None = None) -> list[dict]:
-    with open(DATA_PATH / "train.jsonl", encoding="utf-8") as handle:
+    return _read_rows(DATA_PATH / "train.jsonl", limit)
+
+
+def _read_rows(path: Path, limit: int | None) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
         rows = [json.loads(line) for line in handle if line.strip()]
     return rows[:limit] if limit else rows
+
+
+def task_dir(name: str) -> Path:
+    """A multi-task run's folder of one task: tasks/<name>/ (DATA_PATH is tasks/)."""
+    return DATA_PATH / name
+
+
+def load_task_at(folder: Path):
+    """The task.py of a task folder (a multi-task run's tasks/<name>/), as a module of its own name: the tasks'
+    modules live side by side, and each finds its own files (task_protocol.json) beside it."""
+    folder = Path(folder)
+    name = "task_" + "".join(c if c.isalnum() else "_" for c in folder.name)
+    spec = importlib.util.spec_from_file_location(name, folder / "task.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_rows_at(folder: Path, limit: int | None = None) -> list[dict]:
+    """The training rows of a task folder (its data/train.jsonl)."""
+    return _read_rows(Path(folder) / "data" / "train.jsonl", limit)
 
 
 def time_left() -> float | None:
@@ -77,16 +108,18 @@ def time_left() -> float | None:
         return None
 
 
-def submit(checkpoint: Path, retries: int = 3) -> dict | None:
+def submit(checkpoint: Path, retries: int = 3, task: str | None = None) -> dict | None:
     """POST /submit; returns the response when it carries a score, None on refusal or failure.
 
+    `task` (a multi-task run's "all" or one of its tasks) goes in the request only when given.
     A 503 with `retryable: true` is the grader's own fault (its evaluation process died), not the
     model's: the contract says to submit again, after Retry-After seconds.
     """
     rel = os.path.relpath(Path(checkpoint).resolve(), WORKSPACE)
+    payload = {"model_path": rel} if task is None else {"model_path": rel, "task": task}
     for attempt in range(retries + 1):
         try:
-            response = requests.post(f"{SERVER}/submit", json={"model_path": rel}, timeout=(10, 3600))
+            response = requests.post(f"{SERVER}/submit", json=payload, timeout=(10, 3600))
             body = response.json() if response.content else {}
         except Exception as exc:  # noqa: BLE001
             log(f"submit {rel} failed: {exc!r}")
@@ -141,11 +174,13 @@ def trainer_dir(name: str) -> str:
 
 
 class Rounds(TrainerCallback):
-    """Every `steps` optimizer steps: save output/v{k}, submit it, and stop training when the
-    rounds are done or /time says another round would not fit."""
+    """Every `steps` optimizer steps: save output/v{k}, submit it (for `task`, when given: a
+    multi-task run's "all" or one task), and stop training when the rounds are done or /time
+    says another round would not fit."""
 
-    def __init__(self, tokenizer, rounds: int, steps: int, margin_s: float = 30.0):
+    def __init__(self, tokenizer, rounds: int, steps: int, margin_s: float = 30.0, task: str | None = None):
         self.tokenizer, self.rounds, self.steps, self.margin_s = tokenizer, rounds, steps, margin_s
+        self.task = task
         self.scored = 0  # submissions that got a score
         self.round_started = time.time()
 
@@ -156,7 +191,7 @@ class Rounds(TrainerCallback):
         round_s = time.time() - self.round_started
         path = save_checkpoint(model, self.tokenizer, OUTPUT_DIR / f"v{k}")
         log(f"round {k}: {self.steps} steps in {round_s:.1f}s, saved {path}")
-        if submit(path) is not None:
+        if submit(path, task=self.task) is not None:
             self.scored += 1
         round_s = time.time() - self.round_started  # including the save and the evaluation
         left = time_left() if k < self.rounds else None
