@@ -237,7 +237,7 @@ def multi_description(tasks: list[dict]) -> str:
 # Multi-task run: {len(tasks)} tasks, one model
 
 This run has {len(tasks)} tasks. Post-train the base model into ONE model, one checkpoint, that is good on
-all of them: every task evaluates the same submitted weights.
+all of them, and submit it for every task at once (`"task": "all"`).
 
 | Task | Level | Its files |
 |---|---|---|
