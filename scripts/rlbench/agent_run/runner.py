@@ -23,7 +23,7 @@ from rlbench.agent_run.environment import (
 from rlbench.agent_run.process_tree import agent_processes, exit_signal, kill_tree, stop_strays
 from rlbench.agent_run.spec import RunRecord, RunSpec
 from rlbench.agent_run.supervision import DiskWatch, StopRequest, supervise
-from rlbench.agent_run.workspace import rebuild_workspace, unshare_readonly_files
+from rlbench.agent_run.workspace import readonly_parts, rebuild_workspace, unshare_readonly_files
 from rlbench.coding_agents.session import CliSession, scrub_provider_keys
 from rlbench.config import grader_settings
 from rlbench.evaluation.evaluate import base_chat_template, base_model_bytes, delta_baseline
@@ -177,7 +177,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                         command,
                         spec.workspace,
                         hidden=spec.hidden_paths,
-                        readonly_inside=[spec.workspace / "data", spec.workspace / "models"],
+                        readonly_inside=readonly_parts(spec.workspace),
                         backend=spec.sandbox_backend,
                         visible=visible,
                         masked=masked_paths(spec.masked_paths),
