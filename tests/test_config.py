@@ -10,6 +10,8 @@ from rlbench.config import (
     ConfigError,
     Registries,
     evaluation_settings,
+    multi_run_budget,
+    multi_runs,
     sweep_runs,
     task_settings,
     validate_config,
@@ -49,6 +51,47 @@ def test_a_mistake_in_the_second_grid_names_that_grid(registries, default_config
         validate_config(default_config, registries)
     default_config["sweep"] = {**GRID, "agent": ["copy"]}
     with pytest.raises(ConfigError, match="unknown key 'agent' under 'sweep'; allowed keys: agents"):
+        validate_config(default_config, registries)
+
+
+def test_a_multi_grid_is_one_run_per_model_agent_seed_over_its_tasks(registries, default_config):
+    multi = {**GRID, "tasks": ["humaneval", "gsm8k"], "mode": "multi", "time_limit_s": 60}
+    # the same run named twice (another task order) is one run; the single-task grid's runs stay apart
+    default_config["sweep"] = [GRID, multi, {**multi, "tasks": ["gsm8k", "humaneval"], "agents": ["copy"]}]
+    config = validate_config(default_config, registries)
+    assert [(r["task"], r["agent"]) for r in sweep_runs(config)] == [("gsm8k", "copy"), ("gsm8k", "sft")]
+    runs = multi_runs(config)
+    assert [(r["tasks"], r["task_list"], r["agent"], r["time_limit_s"]) for r in runs] == [
+        ("gsm8k+humaneval", ["gsm8k", "humaneval"], "copy", 60),
+        ("gsm8k+humaneval", ["gsm8k", "humaneval"], "sft", 60),
+    ]
+    assert multi_run_budget(config, "gsm8k+humaneval", "tiny", "sft", 0) == 60
+    default_config["sweep"] = [{**multi, "time_limit_s": None}]
+    with pytest.raises(ConfigError, match="time_limit_s"):
+        validate_config(default_config, registries)
+    del multi["time_limit_s"]
+    default_config["sweep"] = [multi]
+    assert multi_runs(validate_config(default_config, registries))[0]["time_limit_s"] == default_config["budget"]["time_limit_s"]
+
+
+@pytest.mark.parametrize(
+    "grids, message",
+    [
+        ([{**GRID, "mode": "multi"}], r"'sweep\[0\]' is a multi-task grid \(mode: multi\) with one task"),
+        ([{**GRID, "time_limit_s": 5}], r"'sweep\[0\]\.time_limit_s' is for multi-task grids only"),
+        ([{**GRID, "mode": "joint"}], r"allowed values: single, multi"),
+        (
+            [
+                {**GRID, "tasks": ["gsm8k", "humaneval"], "mode": "multi", "time_limit_s": 5},
+                {**GRID, "tasks": ["humaneval", "gsm8k"], "mode": "multi", "time_limit_s": 6},
+            ],
+            r"gives the multi-task run gsm8k\+humaneval/tiny/copy/0 the budget 6 s, another grid 5 s",
+        ),
+    ],
+)
+def test_multi_grid_mistakes_are_named(registries, default_config, grids, message):
+    default_config["sweep"] = grids
+    with pytest.raises(ConfigError, match=message):
         validate_config(default_config, registries)
 
 
