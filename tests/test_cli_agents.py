@@ -110,6 +110,14 @@ def test_prompt_holds_instructions_description_mode_and_budget(workspace):
     assert "3 h 10 min" in prompt and "turns 50" in prompt and "tokens" not in prompt.split("limited")[1][:40]
 
 
+def test_a_multi_task_workspace_prompt_asks_for_every_task(tmp_path):
+    (tmp_path / "tasks" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "instructions.md").write_text('# Instructions\n\n"task": "all"\n')
+    (tmp_path / "description.md").write_text("# Multi-task run\n\n- gsm8k\n- humaneval\n")
+    prompt = build_prompt(tmp_path, 3600)
+    assert "score higher on every task below" in prompt and '"task": "all"' in prompt and "- humaneval" in prompt
+
+
 @pytest.mark.parametrize("key", [None, "sk-ant-a-real-looking-key-123456"])
 def test_readiness_failure_stops_that_run_with_what_to_do_and_never_the_key(
     workspace, tiny_model, gsm8k_data, monkeypatch, tmp_path, key

@@ -36,7 +36,9 @@ def build_prompt(workspace: Path, time_limit_s: float, limits: dict | None = Non
         "You are an autonomous machine-learning engineer working alone, without a human to answer questions.",
         f"Your working directory is the workspace ({workspace}). You have {budget} of wall-clock time in all "
         "(`bash timer.sh` prints what is left); when it is over, every process you started is stopped.",
-        "Train the base model to score higher on the task below and submit checkpoints to the grading server "
+        # a multi-task workspace (its tasks under tasks/): one model for all of them, as its description says
+        f"Train the base model to score higher on {'every task' if (workspace / 'tasks').is_dir() else 'the task'} "
+        "below and submit checkpoints to the grading server "
         "as the instructions say; your result is your best submission. The network is closed except the "
         "grading server: use what is in the workspace and the installed Python packages.",
     ]
