@@ -24,12 +24,19 @@ def test_status_shows_each_run_as_it_stands(tmp_path, capsys):
     write(runs / "copy" / "0" / "final.json", {"baseline_score": 3.0, "score": 3.0, "delta": 0.0})
     (runs / "copy" / "0" / "summary.json").write_text("{}")
     write(runs / "sft" / "0" / "attempt.json", {"attempt": 1})
+    # a multi-task run: one row per task, from its tasks/<task>/ view
+    multi = tmp_path / "runs" / "multi" / "gsm8k+humaneval" / "tiny" / "copy" / "0"
+    write(multi / "run.json", {"status": "completed", "submissions": 1})
+    write(multi / "tasks" / "humaneval" / "final.json", {"baseline_score": 0.0, "score": 0.0, "delta": 0.0})
     assert cli.main(["status", "--results", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["task", "model", "agent", "seed", "status", "submissions", "baseline", "best",
-                                "delta", "summarized"]
+                                "delta", "summarized", "multi"]
     assert lines[1].split() == ["gsm8k", "tiny", "copy", "0", "completed", "1", "3.0", "3.0", "0.0", "yes"]
     assert lines[2].split() == ["gsm8k", "tiny", "sft", "0", "started", "no"]
+    assert lines[3].split() == ["gsm8k", "tiny", "copy", "0", "completed", "1", "no", "gsm8k+humaneval"]
+    assert lines[4].split() == ["humaneval", "tiny", "copy", "0", "completed", "1", "0.0", "0.0", "0.0", "no",
+                                "gsm8k+humaneval"]
 
 
 def test_report_prints_the_leaderboard_or_says_how_to_make_it(tmp_path, capsys):

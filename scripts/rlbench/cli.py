@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlbench.config import MULTI_DIR, MULTI_JOIN
 from rlbench.paths import REPO_ROOT
 
 
@@ -61,7 +62,7 @@ def resume(args: argparse.Namespace) -> int:
 
 
 # The analysis stage: what `rlbench regenerate` reruns (per-run summaries, tables, figures).
-ANALYSIS_RULES = ("summarize_run", "aggregate", "report_figures")
+ANALYSIS_RULES = ("summarize_run", "summarize_member", "summarize_multi", "aggregate", "report_figures")
 # Every rerun trigger but `code`: Snakemake reruns a `script:` rule whose script is newer than its outputs, so
 # after an update of the harness (a checkout touches the rule scripts) every recorded run would look unfinished.
 # Regenerating reads the recorded runs as they are; the analysis rules rerun anyway (--forcerun).
@@ -118,31 +119,42 @@ def _read(path: Path) -> dict | None:
 
 
 def run_rows(results: Path) -> list[dict]:
-    """One row per run directory under results/runs: where it stands and what it scored."""
+    """One row per run directory under results/runs (a multi-task run: one per task, `multi` naming the run's
+    tasks, results/runs/multi/TASKS/MODEL/AGENT/SEED/tasks/TASK): where it stands and what it scored."""
     rows = []
-    for run_dir in sorted((results / "runs").glob("*/*/*/*")):
+    runs = results / "runs"
+    found = [(run_dir, None) for run_dir in sorted(runs.glob("*/*/*/*")) if run_dir.relative_to(runs).parts[0] != MULTI_DIR]
+    found += [(run_dir, run_dir.relative_to(runs).parts[1]) for run_dir in sorted(runs.glob(f"{MULTI_DIR}/*/*/*/*"))]
+    for run_dir, group in found:
         if not run_dir.is_dir():
             continue
-        task, model, agent, seed = run_dir.relative_to(results / "runs").parts
-        record, final = _read(run_dir / "run.json"), _read(run_dir / "final.json")
+        parts = run_dir.relative_to(runs).parts
+        record = _read(run_dir / "run.json")
         if record is None:
             state = "started" if (run_dir / "attempt.json").exists() else "prepared"
         else:
             state = record.get("status", "?")
-        rows.append(
-            {
-                "task": task,
-                "model": model,
-                "agent": agent,
-                "seed": seed,
-                "status": state,
-                "submissions": "" if record is None else record.get("submissions", ""),
-                "baseline": "" if final is None else final.get("baseline_score", ""),
-                "best": "" if final is None else final.get("score", ""),
-                "delta": "" if final is None else final.get("delta", ""),
-                "summarized": "yes" if (run_dir / "summary.json").exists() else "no",
-            }
-        )
+        if group is None:
+            views = [(parts[0], run_dir)]
+        else:
+            views = [(task, run_dir / "tasks" / task) for task in group.split(MULTI_JOIN)]
+        for task, view in views:
+            final = _read(view / "final.json")
+            rows.append(
+                {
+                    "task": task,
+                    "model": parts[-3],
+                    "agent": parts[-2],
+                    "seed": parts[-1],
+                    "status": state,
+                    "submissions": "" if record is None else record.get("submissions", ""),
+                    "baseline": "" if final is None else final.get("baseline_score", ""),
+                    "best": "" if final is None else final.get("score", ""),
+                    "delta": "" if final is None else final.get("delta", ""),
+                    "summarized": "yes" if (view / "summary.json").exists() else "no",
+                    "multi": group or "",
+                }
+            )
     return rows
 
 
