@@ -21,9 +21,10 @@ from rlbench.analysis.stats import bootstrap_ci, config_key, config_label, delta
 from rlbench.analysis.tablefiles import BLANK_MD, markdown, write_tables
 from rlbench.config import ConfigError
 
-SFT = ("sft", "reference", "", "sft-only")
-CLAUDE = ("claude", "claude-code", "claude-sonnet-4", "free")
-GRPO = ("grpo", "reference", "", "rl-only")
+# Configurations as stats.config_key gives them: (agent, scaffold, driver, mode, multi); multi "" for single-task runs.
+SFT = ("sft", "reference", "", "sft-only", "")
+CLAUDE = ("claude", "claude-code", "claude-sonnet-4", "free", "")
+GRPO = ("grpo", "reference", "", "rl-only", "")
 SETTINGS = {"decimals": 2, "budget_cuts": [0.25, 0.5, 1.0], "pass_at_k": [1, 3, 5],
             "bootstrap": {"resamples": 2000, "confidence": 0.95, "seed": 0}}
 
@@ -33,7 +34,7 @@ def item(i: int, since: float | None, score: float, scored: bool = True, train_t
 
 
 def run(task, config, seed, delta, *, timeline, route, exec_success, failure_type=None, tokens=None, **extra) -> dict:
-    agent, scaffold, driver, mode = config
+    agent, scaffold, driver, mode, _ = config
     baseline = {"gsm8k": 10.0, "alpaca-eval": 50.0, "alfworld": 4.85}[task]
     summary = {
         "labels": {"task": task, "model": "tiny", "agent": agent, "seed": str(seed)},
@@ -111,8 +112,8 @@ def one(table, **match) -> dict:
 
 
 def cell(table, config, task, **more) -> dict:
-    agent, scaffold, driver, mode = config
-    return one(table, agent=agent, scaffold=scaffold, driver=driver, mode=mode, task=task, **more)
+    agent, scaffold, driver, mode, multi = config
+    return one(table, agent=agent, scaffold=scaffold, driver=driver, mode=mode, multi=multi or None, task=task, **more)
 
 
 # -- the definitions -------------------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def test_delta_at_cut_by_hand(summaries):
 
 def test_config_key_label_and_groups(summaries):
     assert config_key(summaries[0]) == SFT and config_key(summaries[3]) == CLAUDE
-    assert config_key({"labels": {"agent": "x"}}) == ("x", "reference", "", "free")
+    assert config_key({"labels": {"agent": "x"}}) == ("x", "reference", "", "free", "")
     assert config_label(SFT) == "sft (reference, sft-only)"
     assert config_label(CLAUDE) == "claude (claude-code / claude-sonnet-4, free)"
     groups = group_runs(list(reversed(summaries)))
@@ -188,6 +189,18 @@ def test_leaderboard_paper(summaries):
     notes = "\n".join(table.notes)
     assert "alpaca-eval: length_controlled_winrate (protocol: lc_method=glm)" in notes
     assert "gsm8k: accuracy" in notes and "gsm8k: accuracy (" not in notes  # no variants: nothing to say
+
+
+def test_mode_ablation_of_a_single_task_sweep(summaries):
+    table = build_tables(summaries, SETTINGS)["mode_ablation"]
+    assert table.columns == ["mode", "model", "agent", "scaffold", "driver", "alfworld", "alpaca-eval", "gsm8k",
+                             "mean_delta", "n"]
+    # claude-code before reference; the reference agents' modes in the order sft-only, rl-only
+    assert [(r["agent"], r["mode"]) for r in table.rows] == [("baseline", None), ("claude", "free"), ("sft", "sft-only"),
+                                                             ("grpo", "rl-only")]
+    # every configuration lacks a Δ on one of tiny's three tasks: no mean Δ over them
+    assert all(r["mean_delta"] is None for r in table.rows)
+    assert one(table, agent="sft")["gsm8k"] == pytest.approx((11 + 12 + 14) / 3)
 
 
 def test_delta_matrix(summaries):

@@ -95,6 +95,13 @@ ITEMS = (
     ),
     Item("delta_matrix", TABLE, "Δ matrix (mean Δ over seeds per task)", tables.delta_matrix, group="Leaderboard"),
     Item(
+        "mode_ablation",
+        TABLE,
+        "Mode ablation (free, sft-only, rl-only, multi): mean best score per task",
+        lambda summaries, settings: tables.mode_ablation(summaries),
+        group="Leaderboard",
+    ),
+    Item(
         "selection_gap",
         TABLE,
         "Selection gap (Δ on the feedback split, on the final split the agent never saw, and the oracle's)",

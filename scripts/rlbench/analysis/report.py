@@ -5,7 +5,15 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rlbench.analysis.stats import integrity_text, noise_band, number, protocol_text, seed_order, within_noise
+from rlbench.analysis.stats import (
+    integrity_text,
+    noise_band,
+    number,
+    protocol_text,
+    run_multi,
+    seed_order,
+    within_noise,
+)
 from rlbench.fileio.jsonio import read_json
 
 # scaffold: the coding-agent tool (claude-code, codex, ...) or "reference" for the scripted reference agents;
@@ -31,6 +39,9 @@ from rlbench.fileio.jsonio import read_json
 # selection on it), oracle_delta the best final-split score the grader recorded for any submission minus the base
 # model's, selection_gap = delta - clean_delta (how much picking on the reported scores inflated Δ); their noise bands
 # are in summary.json (*_band; evaluation.evaluate.delta_family).
+# multi: the multi-task run a row belongs to (its tasks sorted and joined by +, e.g. "alfworld+alpaca-eval+gsm8k"):
+# such a run has a row per task (its member summaries, mode multi or multi/<the agent's mode>); blank for a
+# single-task run. Last, so that the columns before it keep their places.
 LEADERBOARD_COLUMNS = (
     "task",
     "level",
@@ -56,6 +67,7 @@ LEADERBOARD_COLUMNS = (
     "status",
     "mode_violation",
     "integrity",
+    "multi",
 )
 
 
@@ -100,6 +112,7 @@ def leaderboard_row(summary: dict, decimals: int = 2) -> dict:
         "status": summary["status"],
         "mode_violation": _violation(summary),
         "integrity": integrity_text(summary),
+        "multi": run_multi(summary),
     }
 
 
@@ -111,7 +124,7 @@ def write_leaderboard(summary_paths: list[Path], out: Path, decimals: int = 2) -
 def write_leaderboard_rows(summaries: list[dict], out: Path, decimals: int = 2) -> int:
     """leaderboard.csv from per-run summaries already read; returns the number of rows."""
     rows = [leaderboard_row(summary, decimals) for summary in summaries]
-    rows.sort(key=lambda r: (r["task"], r["model"], r["agent"], r["mode"], seed_order(r["seed"])))
+    rows.sort(key=lambda r: (r["task"], r["model"], r["agent"], r["mode"], r["multi"], seed_order(r["seed"])))
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=LEADERBOARD_COLUMNS)

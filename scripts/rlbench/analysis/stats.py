@@ -1,7 +1,8 @@
 """The definitions the tables and the figures share, and the paper's statistics, over the runs' summary.json dicts.
 
-* a configuration is (agent, scaffold, driver, mode) (`config_key`); a cell is (configuration,
-  task, model) over its seeds (`group_runs`);
+* a configuration is (agent, scaffold, driver, mode, multi) (`config_key`): multi is the group of a
+  multi-task run's member summaries (its tasks sorted, joined by +), "" for single-task runs; a cell is
+  (configuration, task, model) over its seeds (`group_runs`);
 * the Δ of a run is summary["delta"] (final evaluation of the best submission minus the baseline);
 * `delta_at_cut`: Δ when the run is cut at a fraction of its budget;
 * `pass_at_k`: expected best Δ over k seeds drawn without replacement (unbiased estimator);
@@ -99,9 +100,7 @@ def apply_flag_policy(summaries: list[dict], policy: str) -> tuple[list[dict], l
     flagged = [s for s in summaries if is_flagged(s)]
     if not flagged:
         return summaries, []
-    names = ", ".join(
-        "/".join(str(as_dict(s.get("labels")).get(k, "?")) for k in ("task", "model", "agent", "seed")) for s in flagged
-    )
+    names = ", ".join(run_name(s) for s in flagged)
     if policy == "drop":
         kept = [s for s in summaries if not is_flagged(s)]
         return kept, [f"Integrity: {len(flagged)} flagged run(s) left out (report.flagged: drop): {names}."]
@@ -119,26 +118,63 @@ def seed_order(seed: str) -> tuple:
     return (0, int(seed), "") if str(seed).lstrip("-").isdigit() else (1, 0, str(seed))
 
 
-def config_key(summary: dict) -> tuple[str, str, str, str]:
-    """The configuration of a run: (agent, scaffold, driver or "", mode or "free"). Reference agents
-    have scaffold "reference" and no driver."""
+def run_multi(summary: dict) -> str:
+    """The multi-task run a summary is a member of: its `multi` label, the run's tasks sorted and joined by +
+    (e.g. "alfworld+alpaca-eval+gsm8k"); "" for a single-task run."""
+    return run_label(summary, "multi")
+
+
+def run_name(summary: dict) -> str:
+    """A run as task/model/agent/seed, with "(multi <group>)" for a member of a multi-task run."""
+    name = "/".join(run_label(summary, k) or "?" for k in ("task", "model", "agent", "seed"))
+    return f"{name} (multi {run_multi(summary)})" if run_multi(summary) else name
+
+
+def config_key(summary: dict) -> tuple[str, str, str, str, str]:
+    """The configuration of a run: (agent, scaffold, driver or "", mode or "free", multi). Reference agents
+    have scaffold "reference" and no driver; multi is run_multi (the member summaries of a multi-task run
+    have mode multi or multi/<the agent's mode>, and their group, so that two multi-task runs over different
+    tasks are two configurations and a cell never holds one seed twice), "" for single-task runs."""
     return (
         run_label(summary, "agent"),
         str(summary.get("scaffold") or "reference"),
         str(summary.get("driver") or ""),
         str(summary.get("mode") or "free"),
+        run_multi(summary),
     )
 
 
-def config_label(key: tuple[str, str, str, str]) -> str:
-    """A short readable name of a configuration: "sft (reference, free)",
-    "claude-sonnet (claude-code / claude-sonnet-4, free)"."""
-    agent, scaffold, driver, mode = key
+def config_label(key: tuple[str, ...]) -> str:
+    """A short readable name of a configuration (config_key; its first four parts alone name a single-task
+    one): "sft (reference, free)", "claude-sonnet (claude-code / claude-sonnet-4, free)",
+    "copy (reference, multi: alfworld+gsm8k)"."""
+    agent, scaffold, driver, mode = key[:4]
+    multi = key[4] if len(key) > 4 else ""
     tool = f"{scaffold} / {driver}" if driver else scaffold
-    return f"{agent} ({tool}, {mode})"
+    return f"{agent} ({tool}, {mode}: {multi})" if multi else f"{agent} ({tool}, {mode})"
 
 
-def group_runs(summaries: list[dict]) -> dict[tuple[tuple[str, str, str, str], str, str], list[dict]]:
+# The operating modes in the order the mode ablation lists them: the single-task modes, then the multi-task
+# runs (multi: an agent in free mode; multi/<mode>: an agent with its own mode), then any other mode.
+MODE_ORDER = ("free", "sft-only", "rl-only")
+MULTI_MODE = "multi"
+
+
+def mode_rank(mode: str) -> tuple:
+    """Sort key of an operating mode: free, sft-only, rl-only, multi, multi/free, multi/sft-only, multi/rl-only,
+    other multi/<mode> by name, then any other mode by name."""
+    mode = str(mode or "free")
+    if mode in MODE_ORDER:
+        return (0, MODE_ORDER.index(mode), "")
+    if mode == MULTI_MODE:
+        return (1, 0, "")
+    if mode.startswith(f"{MULTI_MODE}/"):
+        inner = mode[len(MULTI_MODE) + 1:]
+        return (2, MODE_ORDER.index(inner), "") if inner in MODE_ORDER else (2, len(MODE_ORDER), inner)
+    return (3, 0, mode)
+
+
+def group_runs(summaries: list[dict]) -> dict[tuple[tuple[str, str, str, str, str], str, str], list[dict]]:
     """The cells: (config_key, task, model) -> the cell's summaries in seed order; cells ordered by
     model, configuration, task (the column order of the tables)."""
     groups: dict = defaultdict(list)

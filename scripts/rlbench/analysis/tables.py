@@ -17,12 +17,14 @@ from rlbench.analysis.stats import (
     delta_at_cut,
     group_runs,
     mean,
+    mode_rank,
     number,
     pass_at_k,
     percent,
     protocol_text,
     run_delta,
     run_label,
+    run_multi,
     sample_std,
     seed_order,
     signed,
@@ -41,15 +43,27 @@ INTERACTIVE_FAILURE_TYPES = (
     "static_shortcut_without_transfer",
 )
 CONFIG_COLUMNS = ("model", "agent", "scaffold", "driver", "mode")
+# The column of the multi-task run's group (its tasks sorted, joined by +): in the configuration tables and the
+# per-run tables only when the sweep has multi-task runs, so that a single-task sweep's tables keep their columns.
+MULTI_COLUMN = "multi"
 
 
 def _yes_no(flag: bool | None) -> str | None:
     return None if flag is None else "yes" if flag else "no"
 
 
-def _config_cells(key: tuple[str, str, str, str], model: str) -> dict:
-    agent, scaffold, driver, mode = key
-    return {"model": model, "agent": agent, "scaffold": scaffold, "driver": driver, "mode": mode}
+def _has_multi(summaries: list[dict]) -> bool:
+    return any(run_multi(s) for s in summaries)
+
+
+def _config_columns(summaries: list[dict]) -> list[str]:
+    """The configuration columns: CONFIG_COLUMNS, and `multi` when the sweep has multi-task runs."""
+    return [*CONFIG_COLUMNS, *([MULTI_COLUMN] if _has_multi(summaries) else [])]
+
+
+def _config_cells(key: tuple[str, str, str, str, str], model: str) -> dict:
+    agent, scaffold, driver, mode, multi = key
+    return {"model": model, "agent": agent, "scaffold": scaffold, "driver": driver, "mode": mode, "multi": multi or None}
 
 
 def _tasks(summaries: list[dict]) -> list[str]:
@@ -84,6 +98,23 @@ CONFIG_NOTE = (
     "for the scripted reference agents, driver the driver LLM (blank for reference agents), mode the "
     "operating mode (free, sft-only, rl-only, ...)."
 )
+MULTI_CONFIG_NOTE = (
+    "multi (the column): the tasks of a multi-task run (one agent run, one workspace, one base model and one budget "
+    "for several tasks), sorted and joined by +; each of its tasks is a row of its own (mode multi, or "
+    "multi/<mode> for an agent with its own mode), and two multi-task runs over different tasks are two "
+    "configurations. Blank: a single-task run."
+)
+
+
+MULTI_COUNT_NOTE = (
+    "A multi-task run counts as a run of each of its tasks (its result there: the best submission on that task "
+    "within the run)."
+)
+
+
+def _config_notes(summaries: list[dict]) -> list[str]:
+    return [CONFIG_NOTE, *([MULTI_CONFIG_NOTE] if _has_multi(summaries) else [])]
+
 DELTA_NOTE = "Δ of a run = final evaluation of its best submission minus the base model's score (the baseline)."
 N_NOTE = "n: runs with a known Δ (a run with no evaluated submission has none and is left out)."
 
@@ -98,16 +129,9 @@ def leaderboard_paper(summaries: list[dict]) -> Table:
         by_row[(model, key)][task] = runs
     rows = []
     for model in sorted({model for model, _ in by_row}):
-        baseline_row = {"model": model, "agent": "baseline", "scaffold": None, "driver": None, "mode": None, "n": None}
-        for task in tasks:
-            baselines = [
-                b
-                for s in summaries
-                if run_label(s, "task") == task and run_label(s, "model") == model
-                for b in [number(s.get("baseline"))]
-                if b is not None
-            ]
-            baseline_row[task] = mean(baselines)
+        baseline_row = {"model": model, "agent": "baseline", "scaffold": None, "driver": None, "mode": None,
+                        "multi": None, "n": None}
+        baseline_row.update({task: _baseline_score(summaries, task, model) for task in tasks})
         rows.append(baseline_row)
         for row_model, key in sorted(k for k in by_row if k[0] == model):
             row, counts = _config_cells(key, model), []
@@ -118,7 +142,7 @@ def leaderboard_paper(summaries: list[dict]) -> Table:
             row["n"] = _n_label(counts)
             rows.append(row)
     notes = [
-        CONFIG_NOTE,
+        *_config_notes(summaries),
         "Each task column: the mean over seeds of the runs' best score (final evaluation of the best submission); "
         "the baseline row holds the base model's score.",
         "n: seeds per cell with a known best score (a range when the tasks differ).",
@@ -127,10 +151,85 @@ def leaderboard_paper(summaries: list[dict]) -> Table:
         *[f"  {note}" for note in _metric_notes(summaries, tasks)],
     ]
     return Table(
-        [*CONFIG_COLUMNS, *tasks, "n"],
+        [*_config_columns(summaries), *tasks, "n"],
         rows,
         notes,
     )
+
+
+def _baseline_score(summaries: list[dict], task: str, model: str) -> float | None:
+    """The base model's score on a task: the mean of the baselines its runs recorded (they normally agree)."""
+    return mean([
+        b
+        for s in summaries
+        if run_label(s, "task") == task and run_label(s, "model") == model
+        for b in [number(s.get("baseline"))]
+        if b is not None
+    ])
+
+
+def _ablation_order(key: tuple[str, str, str, str, str]) -> tuple:
+    """The mode ablation's row order within a base model: by scaffold and driver, then the mode (mode_rank:
+    free, sft-only, rl-only, multi, multi/<mode>, others), the multi-task run's tasks, the agent."""
+    agent, scaffold, driver, mode, multi = key
+    return (scaffold, driver, mode_rank(mode), multi, agent)
+
+
+def mode_ablation(summaries: list[dict]) -> Table:
+    """The paper's Table 3 layout (mode ablation): per base model a baseline row, then one row per configuration,
+    the modes of one scaffold and driver together in the order free, sft-only, rl-only, multi, multi/<mode>; per
+    task the mean best score over seeds, the mean Δ over the model's tasks and the seeds per cell."""
+    tasks = _tasks(summaries)
+    by_row: dict = defaultdict(dict)
+    for (key, task, model), runs in group_runs(summaries).items():
+        by_row[(model, key)][task] = runs
+    multi = _has_multi(summaries)
+    rows = []
+    for model in sorted({model for model, _ in by_row}):
+        # the model's tasks: those any of its runs is on (the columns its mean_delta is over)
+        model_tasks = [t for t in tasks if any(t in cells for (m, _), cells in by_row.items() if m == model)]
+        baseline_row = {"mode": None, "model": model, "agent": "baseline", "scaffold": None, "driver": None,
+                        "multi": None, "mean_delta": None, "n": None}
+        baseline_row.update({task: _baseline_score(summaries, task, model) for task in tasks})
+        rows.append(baseline_row)
+        for key in sorted((k for m, k in by_row if m == model), key=_ablation_order):
+            cells = by_row[(model, key)]
+            row, counts, task_deltas = _config_cells(key, model), [], []
+            for task in tasks:
+                runs = cells.get(task, [])
+                best = [b for b in (number(s.get("best")) for s in runs) if b is not None]
+                row[task] = mean(best)
+                counts.append(len(best))
+                if task in model_tasks:
+                    task_deltas.append(mean([d for d in (run_delta(s) for s in runs) if d is not None]))
+            known = [d for d in task_deltas if d is not None]
+            row["mean_delta"] = mean(known) if known and len(known) == len(task_deltas) else None
+            row["n"] = _n_label(counts)
+            rows.append(row)
+    notes = [
+        "Rows: per base model the baseline row (the base model's score), then one row per configuration; the "
+        "configurations of one scaffold and driver sit together, their modes in the order free, sft-only, rl-only, "
+        "multi, multi/<mode>, then any other.",
+        *_config_notes(summaries),
+        "multi (the mode): one agent run with one workspace, one base model and one budget for several tasks at once; "
+        "per task its score is the best submission on that task within the run, re-evaluated at the end on the "
+        "held-out split as a single-task run's best is. multi/<mode>: the same with an agent that has its own mode "
+        "(multi/sft-only: SFT only, on every task of the run).",
+        "The multi arrangement is this benchmark's own design: the paper lists a multi mode but does not publish "
+        "how its multi runs were set up or scored, so the multi rows are not a reproduction of the paper's numbers.",
+        "Each task column: the mean over seeds of the runs' best score (final evaluation of the best submission, "
+        "the task's primary metric); the baseline row holds the base model's score.",
+        DELTA_NOTE,
+        "mean_delta: the mean, over the tasks of the row's base model (every task column any of its runs is on), of "
+        "the row's mean Δ over seeds; blank when the row has no known Δ on one of them (not run on that task, or "
+        "nothing evaluated), so that the means of one base model's rows are over the same tasks.",
+        "n: seeds per cell with a known best score (a range when the tasks differ).",
+        "Blank task cell: no run of that configuration on that task, or no evaluated submission.",
+        "Metrics per task:",
+        *[f"  {note}" for note in _metric_notes(summaries, tasks)],
+    ]
+    columns = ["mode", "model", "agent", "scaffold", "driver", *([MULTI_COLUMN] if multi else []), *tasks, "mean_delta", "n"]
+    return Table(columns, rows, notes)
 
 
 def _cell_stats(runs: list[dict], bootstrap: dict) -> dict:
@@ -178,7 +277,7 @@ def delta_matrix(summaries: list[dict], settings: dict) -> Table:
         display_rows.append({**_config_cells(key, model), **{t: cells.get(t) for t in tasks}, "n": _n_label(cells["_n"])})
     confidence = float(bootstrap["confidence"])
     notes = [
-        CONFIG_NOTE,
+        *_config_notes(summaries),
         DELTA_NOTE,
         f"mean_delta: mean Δ over seeds; ci_low / ci_high: {confidence:.0%} percentile bootstrap CI of the mean "
         f"({int(bootstrap['resamples'])} resamples, seed {int(bootstrap['seed'])}), blank when n < 2.",
@@ -189,10 +288,10 @@ def delta_matrix(summaries: list[dict], settings: dict) -> Table:
         f"{BLANK_MD}: no run with a known Δ.",
     ]
     return Table(
-        [*CONFIG_COLUMNS, "task", "n", "mean_delta", "ci_low", "ci_high", "noise_band", "within_noise"],
+        [*_config_columns(summaries), "task", "n", "mean_delta", "ci_low", "ci_high", "noise_band", "within_noise"],
         rows,
         notes,
-        display_columns=[*CONFIG_COLUMNS, *tasks, "n"],
+        display_columns=[*_config_columns(summaries), *tasks, "n"],
         display_rows=display_rows,
     )
 
@@ -224,7 +323,7 @@ def selection_gap(summaries: list[dict], settings: dict) -> Table:
         row["gap_within_noise"] = _yes_no(within_noise(row["mean_selection_gap"], row["selection_gap_band"]))
         rows.append(row)
     notes = [
-        CONFIG_NOTE,
+        *_config_notes(summaries),
         "Only runs graded with a final split (config scoring.feedback: split): a salted share of the held-out items "
         "is evaluated privately for every submission and never reported to the agent; /submit reports on the rest "
         "(the feedback split). Runs in full mode, the reference's, are left out.",
@@ -241,7 +340,7 @@ def selection_gap(summaries: list[dict], settings: dict) -> Table:
         "n: runs with a known clean Δ (a run with no evaluated submission has none and is left out); the means are "
         f"over those runs, in points, {decimals} decimals.",
     ]
-    columns = [*CONFIG_COLUMNS, "task", "n"]
+    columns = [*_config_columns(summaries), "task", "n"]
     for name in SELECTION_COLUMNS:
         columns += [f"mean_{name}", f"{name}_band"]
     return Table([*columns, "gap_within_noise"], rows, notes)
@@ -276,7 +375,7 @@ def multirun_stats(summaries: list[dict], settings: dict) -> Table:
             }
         )
     notes = [
-        CONFIG_NOTE,
+        *_config_notes(summaries),
         DELTA_NOTE,
         "runs: runs of the cell (seeds); " + N_NOTE,
         "mean_delta, std_delta (sample standard deviation, blank when n < 2), max_delta: over the runs with a known Δ.",
@@ -286,7 +385,7 @@ def multirun_stats(summaries: list[dict], settings: dict) -> Table:
         "ci_low / ci_high: bootstrap CI of the mean Δ (blank when n < 2); noise_band / within_noise: as in delta_matrix.",
     ]
     return Table(
-        [*CONFIG_COLUMNS, "task", "runs", "n", "mean_delta", "std_delta", "max_delta", "improve_sr", "exec_sr",
+        [*_config_columns(summaries), "task", "runs", "n", "mean_delta", "std_delta", "max_delta", "improve_sr", "exec_sr",
          "ci_low", "ci_high", "noise_band", "within_noise"],
         rows,
         notes,
@@ -316,7 +415,7 @@ def budget_scaling(summaries: list[dict], settings: dict) -> Table:
                 }
             )
     notes = [
-        CONFIG_NOTE,
+        *_config_notes(summaries),
         "fraction: the cut as a fraction of each run's budget (the paper: 6 / 12 / 24 h of a 24 h run); "
         "cut_hours: fraction x the cell's mean budget, in hours.",
         "mean_delta: mean over runs of Δ at the cut = best score among the submissions evaluated before the cut minus "
@@ -325,7 +424,7 @@ def budget_scaling(summaries: list[dict], settings: dict) -> Table:
         "blank mean_delta when n is 0; ci_low / ci_high: bootstrap CI of the mean (blank when n < 2).",
     ]
     return Table(
-        [*CONFIG_COLUMNS, "task", "fraction", "cut_hours", "n", "mean_delta", "ci_low", "ci_high"],
+        [*_config_columns(summaries), "task", "fraction", "cut_hours", "n", "mean_delta", "ci_low", "ci_high"],
         rows,
         notes,
     )
@@ -341,13 +440,13 @@ def pass_at_k_table(summaries: list[dict], settings: dict) -> Table:
         row.update({f"pass_at_{k}": pass_at_k(deltas, k) for k in ks})
         rows.append(row)
     notes = [
-        CONFIG_NOTE,
+        *_config_notes(summaries),
         "pass_at_k: the expected best Δ over k runs drawn without replacement from the cell's n runs "
         "(unbiased: Δ sorted ascending x_1..x_n, sum over i >= k of C(i-1, k-1) / C(n, k) x_i); pass_at_1 is the mean Δ.",
         N_NOTE + " Blank pass_at_k when n < k.",
     ]
     return Table(
-        [*CONFIG_COLUMNS, "task", "n", *[f"pass_at_{k}" for k in ks]],
+        [*_config_columns(summaries), "task", "n", *[f"pass_at_{k}" for k in ks]],
         rows,
         notes,
     )
@@ -361,18 +460,26 @@ def _int(value) -> int | None:
     return None if isinstance(value, bool) or not isinstance(value, int) else value
 
 
+def _run_cells(summary: dict, multi: bool) -> dict:
+    """A per-run row's first cells: task, model, agent, seed, and multi (the run's group) when the sweep has
+    multi-task runs."""
+    cells = {name: run_label(summary, name) for name in ("task", "model", "agent", "seed")}
+    if multi:
+        cells[MULTI_COLUMN] = run_multi(summary) or None
+    return cells
+
+
 def workspace_stats(summaries: list[dict]) -> Table:
-    """Per run: submissions, code files, model versions, zero-score %, index of the best submission, strategies."""
+    """Per run: submissions, code files, model versions, zero-score %, index of the best submission, strategies.
+    A multi-task run has a row per task (its view of the run)."""
     rows = []
+    multi = _has_multi(summaries)
     for s in sorted(summaries, key=_run_order):
         share = number(s.get("zero_score_share"))
         routes = s.get("routes_used")
         rows.append(
             {
-                "task": run_label(s, "task"),
-                "model": run_label(s, "model"),
-                "agent": run_label(s, "agent"),
-                "seed": run_label(s, "seed"),
+                **_run_cells(s, multi),
                 "submissions": _int(s.get("submissions")),
                 "code_files": _int(s.get("code_files")),
                 "model_versions": _int(s.get("model_versions")),
@@ -392,9 +499,15 @@ def workspace_stats(summaries: list[dict]) -> Table:
         f"({', '.join(ROUTE_LABELS)}); failure_type: why the run did not improve (blank when it did).",
         "Blank: not recorded (runs summarized before these fields existed) or nothing evaluated.",
     ]
+    if multi:
+        notes.append(
+            "multi: the tasks of a multi-task run (blank for a single-task run); such a run has a row per task, its "
+            "view of the run: the submissions evaluated on that task, their scores and routes; code_files and "
+            "model_versions are the one shared workspace's, the same in each of its rows."
+        )
     return Table(
-        ["task", "model", "agent", "seed", "submissions", "code_files", "model_versions", "zero_score_pct",
-         "best_index", "strategies", "route", "failure_type"],
+        ["task", "model", "agent", "seed", *([MULTI_COLUMN] if multi else []), "submissions", "code_files",
+         "model_versions", "zero_score_pct", "best_index", "strategies", "route", "failure_type"],
         rows,
         notes,
     )
@@ -429,6 +542,7 @@ def routes(summaries: list[dict]) -> Table:
         "DPO (and other preference methods), SFT-only, SFT+RL, Copy (base model resubmitted), "
         "Placeholder/Missing (no usable model), unknown (not recognized).",
         "coding_sr: % of runs on a real training route (coding success); improve_sr: % of runs with Δ > 0.",
+        *([MULTI_COUNT_NOTE] if _has_multi(summaries) else []),
     ]
     return Table(
         ["task", "model", "runs", *ROUTE_LABELS, "coding_sr", "improve_sr"],
@@ -440,20 +554,37 @@ def routes(summaries: list[dict]) -> Table:
 TOKEN_FIELDS = ("calls", "input_tokens", "output_tokens", "total_tokens")
 
 
-def tokens_cost(summaries: list[dict], decimals: int) -> Table:
-    """Per run: LLM calls, tokens and cost from the run's gateway (blank for reference agents)."""
-    rows = []
+def _one_per_run(summaries: list[dict]) -> list[dict]:
+    """The summaries with one member per multi-task run (the first of its tasks), in run order with a multi-task
+    run's tasks (its group) in place of its task: the members of a run share its LLM gateway, so each carries the
+    whole run's usage."""
+    seen, kept = set(), []
     for s in sorted(summaries, key=_run_order):
+        if run_multi(s):
+            run = (run_label(s, "model"), run_label(s, "seed"), config_key(s))
+            if run in seen:
+                continue
+            seen.add(run)
+        kept.append(s)
+    return sorted(kept, key=lambda s: (run_multi(s) or run_label(s, "task"), *_run_order(s)[1:]))
+
+
+def tokens_cost(summaries: list[dict], decimals: int) -> Table:
+    """Per run: LLM calls, tokens and cost from the run's gateway (blank for reference agents); a multi-task run
+    once (its task cell is the run's tasks), not once per task."""
+    rows = []
+    multi = _has_multi(summaries)
+    for s in _one_per_run(summaries):
         tokens = as_dict(s.get("tokens"))
         cost = number(s.get("cost_usd"))
         if cost is None:
             cost = number(tokens.get("cost_usd"))
+        cells = _run_cells(s, multi)
+        if run_multi(s):
+            cells["task"] = run_multi(s)
         rows.append(
             {
-                "task": run_label(s, "task"),
-                "model": run_label(s, "model"),
-                "agent": run_label(s, "agent"),
-                "seed": run_label(s, "seed"),
+                **cells,
                 "scaffold": str(s.get("scaffold") or "reference"),
                 "driver": s.get("driver") or None,
                 **{name: _int(tokens.get(name)) for name in TOKEN_FIELDS},
@@ -466,8 +597,14 @@ def tokens_cost(summaries: list[dict], decimals: int) -> Table:
         f"(rounded to {cost_decimals} decimals).",
         "Blank: no LLM usage recorded (scripted reference agents, or a gateway that did not report it).",
     ]
+    if multi:
+        notes.append(
+            "multi: the tasks of a multi-task run (blank for a single-task run). A multi-task run is one row, its task "
+            "cell the run's tasks: its tasks share one gateway, so its usage is counted once."
+        )
     return Table(
-        ["task", "model", "agent", "seed", "scaffold", "driver", *TOKEN_FIELDS, "cost_usd"],
+        ["task", "model", "agent", "seed", *([MULTI_COLUMN] if multi else []), "scaffold", "driver", *TOKEN_FIELDS,
+         "cost_usd"],
         rows,
         notes,
         column_decimals={"cost_usd": cost_decimals},
@@ -510,6 +647,7 @@ def failures(summaries: list[dict]) -> Table:
         "(they improved).",
         "Interactive (L3) runs without improvement also get an interactive failure type: "
         + ", ".join(interactive_columns) + " (0 for other levels).",
+        *([MULTI_COUNT_NOTE] if _has_multi(summaries) else []),
     ]
     return Table(
         ["task", "model", "runs", "no_failure", *failure_columns, *interactive_columns],
