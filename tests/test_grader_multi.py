@@ -18,18 +18,8 @@ from rlbench.recording.ledger import reference_view, task_view
 from rlbench.tasks.addition_control import AdditionControl
 from support.grader import assert_consistent
 from support.models import base_resources, copy_model, perturb
-from support.settings import EVALUATION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC
+from support.settings import ADDITION, EVALUATION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC
 
-ADDITION = {
-    "name": "addition-control",
-    "level": "control",
-    "module": "addition_control",
-    "source": "offline",
-    "train_size": 20,
-    "eval_size": 4,
-    "data_seed": 0,
-    "max_new_tokens": 8,
-}
 BASELINES = {"gsm8k": 2.0, "addition-control": 10.0}
 
 

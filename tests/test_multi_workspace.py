@@ -31,21 +31,11 @@ from rlbench.agent_run.workspace import (
 from rlbench.fileio.jsonio import read_jsonl, sha256_file
 from rlbench.tasks import get_task
 from support.runs import spec_for
-from support.settings import GSM8K_SETTINGS, TEST_SALT, TINY_SPEC
+from support.settings import ADDITION, GSM8K_SETTINGS, TEST_SALT, TINY_SPEC
 
 REPO = Path(__file__).resolve().parents[1]
 AGENTS = REPO / "scripts" / "agents"
 HF_ID = TINY_SPEC["hf_id"]
-ADDITION = {
-    "name": "addition-control",
-    "level": "control",
-    "module": "addition_control",
-    "source": "offline",
-    "train_size": 20,
-    "eval_size": 4,
-    "data_seed": 0,
-    "max_new_tokens": 8,
-}
 DEEPSEARCHQA = {
     "name": "deepsearchqa",
     "level": "L3",
