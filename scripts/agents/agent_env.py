@@ -202,28 +202,3 @@ class Rounds(TrainerCallback):
             control.should_training_stop = True
         self.round_started = time.time()
         return control
-
-
-def sft_config(name: str, rounds: int, steps: int, on_gpu: bool):
-    """The SFTConfig of the SFT reference agents (sft, multi-sft): `rounds` x `steps` optimizer steps, a constant
-    rate after a short warm-up, nothing saved by the trainer (Rounds saves and submits). Env: SFT_BATCH_SIZE (8),
-    SFT_LR (5e-5), SFT_MAX_LENGTH (none)."""
-    from trl import SFTConfig
-
-    return SFTConfig(
-        output_dir=trainer_dir(name),
-        max_steps=rounds * steps,
-        per_device_train_batch_size=env_int("SFT_BATCH_SIZE", 8),
-        learning_rate=env_float("SFT_LR", 5e-5),
-        lr_scheduler_type="constant_with_warmup",
-        warmup_steps=min(5, steps),
-        # No truncation by default: a cut few-shot prompt loses its completion and the row is dropped.
-        max_length=env_int("SFT_MAX_LENGTH", None),
-        logging_steps=5,
-        save_strategy="no",
-        report_to="none",
-        seed=SEED,
-        use_cpu=not on_gpu,
-        bf16=on_gpu,
-        disable_tqdm=True,
-    )

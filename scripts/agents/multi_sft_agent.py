@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_env import (  # noqa: E402
-    MODEL_PATH, OUTPUT_DIR, SEED, TASKS, Rounds, env_int, exit_unless_time_to_train, load_base_model, load_rows_at,
-    load_task_at, log, sft_config, submit, task_dir,
+    MODEL_PATH, OUTPUT_DIR, SEED, TASKS, Rounds, env_float, env_int, exit_unless_time_to_train, load_base_model,
+    load_rows_at, load_task_at, log, submit, task_dir, trainer_dir,
 )
 
 ALL = "all"  # a multi-task submission evaluated on every task of the run
@@ -104,14 +104,30 @@ def main() -> int:
     trained = [name for name in TASKS if name not in skipped]
 
     from datasets import Dataset
-    from trl import SFTTrainer
+    from trl import SFTConfig, SFTTrainer
 
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     log(f"SFT on {len(dataset)} rows of {', '.join(trained)}, {rounds_n} rounds x {steps} steps")
 
     exit_unless_time_to_train()
     model, tokenizer, on_gpu = load_base_model()
-    config = sft_config("multi_sft", rounds_n, steps, on_gpu)
+    config = SFTConfig(
+        output_dir=trainer_dir("multi_sft"),
+        max_steps=rounds_n * steps,
+        per_device_train_batch_size=env_int("SFT_BATCH_SIZE", 8),
+        learning_rate=env_float("SFT_LR", 5e-5),
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=min(5, steps),
+        # No truncation by default: a cut few-shot prompt loses its completion and the row is dropped.
+        max_length=env_int("SFT_MAX_LENGTH", None),
+        logging_steps=5,
+        save_strategy="no",
+        report_to="none",
+        seed=SEED,
+        use_cpu=not on_gpu,
+        bf16=on_gpu,
+        disable_tqdm=True,
+    )
     rounds = Rounds(tokenizer, rounds_n, steps, task=ALL)
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[rounds])
     trainer.train()
