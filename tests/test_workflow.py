@@ -432,6 +432,10 @@ def test_paper_sweep_plans_with_cluster_runtimes(tmp_path):
     # (gsm8k, humaneval) x 2 models x 3 agents x 3 seeds + (alpaca-eval, alfworld) x 2 models x 2 agents x 3 seeds
     # + (webshop, deepsearchqa) x 2 models x copy x 3 seeds = 72. No key is set: planning needs none.
     assert re.search(r"run_agent\s+138\n", out)
+    # Table 3's multi rows: Claude Code on Opus 4.6 over the six tasks on each base model, and the multi mode's
+    # controls (copy, multi-sft): 2 models x 3 agents, one run each over six tasks, each task's final evaluation
+    assert re.search(r"run_agent_multi\s+6\n", out) and re.search(r"evaluate_final_member\s+36\n", out)
+    assert "runtime=781" in out and "multi/alfworld+alpaca-eval+deepsearchqa+gsm8k+humaneval+webshop/" in out
     # AlpacaEval's and DeepSearchQA's judges; HumanEval's sandbox check
     assert re.search(r"judge_config\s+2\n", out) and re.search(r"check_execution\s+1\n", out)
     assert re.search(r"generate_games\s+6\n", out)  # each L3 task's training and held-out splits, once each

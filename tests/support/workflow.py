@@ -156,6 +156,16 @@ LEVELS_GRID = {
     "agents": ["copy"],
     "seeds": [0],
 }
+# The multi-task mode (rules/multi.smk): one run over an L1, an L2 and an L3 task with the copy control and the
+# multi reference agent; their splits and baselines are the single-task runs' above.
+MULTI_GRID = {
+    "tasks": ["humaneval", "alpaca-eval", "alfworld"],
+    "models": ["tiny"],
+    "agents": ["copy", "multi-sft"],
+    "seeds": [0],
+    "mode": "multi",
+}
+MULTI_GROUP = "alfworld+alpaca-eval+humaneval"
 SESSION_TASKS = {
     "gsm8k": TEST_CONFIG["tasks"]["gsm8k"],
     "humaneval": {"max_new_tokens": 8},
@@ -182,7 +192,7 @@ SESSION_TASKS = {
 
 
 # What the session sweep plans: agent runs (GSM8K, the other levels, the controls) and baselines.
-SESSION_PLAN = {"run_agent": 2 + 5 + 2, "evaluate_baseline": 1 + 5 + 1}
+SESSION_PLAN = {"run_agent": 2 + 5 + 2, "run_agent_multi": 2, "evaluate_baseline": 1 + 5 + 1}
 # The control sweep on a copy of it: seeds 1 and 2 of both agents, the baseline kept.
 CONTROLS_PLAN = {"run_agent": 2 * 2, "evaluate_baseline": None}
 
@@ -204,7 +214,7 @@ def session_config() -> dict:
     default = default_config()
     return {
         **default,
-        "sweep": [GSM8K_GRID, LEVELS_GRID, control_grid([0])],
+        "sweep": [GSM8K_GRID, LEVELS_GRID, MULTI_GRID, control_grid([0])],
         # the controls as the default sweep runs them: addition-control with its final split (scoring), which the
         # slow tier's control sweep (control_config) carries on, so that its seed 0 reruns nothing
         "tasks": {**SESSION_TASKS, CONTROL_TASK: default["tasks"][CONTROL_TASK]},
