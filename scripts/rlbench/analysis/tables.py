@@ -178,7 +178,7 @@ def _ablation_order(key: tuple[str, str, str, str, str]) -> tuple:
 def mode_ablation(summaries: list[dict]) -> Table:
     """The paper's Table 3 layout (mode ablation): per base model a baseline row, then one row per configuration,
     the modes of one scaffold and driver together in the order free, sft-only, rl-only, multi, multi/<mode>; per
-    task the mean best score over seeds, the mean Δ over the model's tasks and the seeds per cell."""
+    task the mean best score over seeds, the mean Δ over the row's own tasks and the seeds per cell."""
     tasks = _tasks(summaries)
     by_row: dict = defaultdict(dict)
     for (key, task, model), runs in group_runs(summaries).items():
@@ -186,8 +186,6 @@ def mode_ablation(summaries: list[dict]) -> Table:
     multi = _has_multi(summaries)
     rows = []
     for model in sorted({model for model, _ in by_row}):
-        # the model's tasks: those any of its runs is on (the columns its mean_delta is over)
-        model_tasks = [t for t in tasks if any(t in cells for (m, _), cells in by_row.items() if m == model)]
         baseline_row = {"mode": None, "model": model, "agent": "baseline", "scaffold": None, "driver": None,
                         "multi": None, "mean_delta": None, "n": None}
         baseline_row.update({task: _baseline_score(summaries, task, model) for task in tasks})
@@ -200,7 +198,7 @@ def mode_ablation(summaries: list[dict]) -> Table:
                 best = [b for b in (number(s.get("best")) for s in runs) if b is not None]
                 row[task] = mean(best)
                 counts.append(len(best))
-                if task in model_tasks:
+                if runs:  # the row's own tasks (a multi-task run's: its tasks), the ones its mean_delta is over
                     task_deltas.append(mean([d for d in (run_delta(s) for s in runs) if d is not None]))
             known = [d for d in task_deltas if d is not None]
             row["mean_delta"] = mean(known) if known and len(known) == len(task_deltas) else None
@@ -220,9 +218,9 @@ def mode_ablation(summaries: list[dict]) -> Table:
         "Each task column: the mean over seeds of the runs' best score (final evaluation of the best submission, "
         "the task's primary metric); the baseline row holds the base model's score.",
         DELTA_NOTE,
-        "mean_delta: the mean, over the tasks of the row's base model (every task column any of its runs is on), of "
-        "the row's mean Δ over seeds; blank when the row has no known Δ on one of them (not run on that task, or "
-        "nothing evaluated), so that the means of one base model's rows are over the same tasks.",
+        "mean_delta: the mean, over the row's own tasks (those it has runs on: a multi-task run's are its tasks), of "
+        "the row's mean Δ over seeds (a multi-task run's headline); blank when one of them has no known Δ (nothing "
+        "evaluated). Rows over different tasks are means over different tasks: compare them task by task.",
         "n: seeds per cell with a known best score (a range when the tasks differ).",
         "Blank task cell: no run of that configuration on that task, or no evaluated submission.",
         "Metrics per task:",
