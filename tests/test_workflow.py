@@ -127,13 +127,15 @@ def test_same_command_again_does_nothing(sweep):
 def test_the_reference_agents_flag_nothing_and_their_lineage_is_read(sweep):
     """The audit (integrity.json) of every run of the default tier's sweep: the reference agents wrote no
     held-out item and their drivers said none; copy submitted the base model itself, sft a descendant."""
-    summaries = {path: read_json(path) for path in (sweep / "results" / "runs").rglob("summary.json")}
-    assert summaries
+    # every run's summary, and every task's of a multi-task run (tasks/<task>/; not the run's own summary.json)
+    paths = (sweep / "results" / "runs").rglob("summary.json")
+    summaries = {path: read_json(path) for path in paths if not (path.parent / "tasks").is_dir()}
+    assert summaries and any(s["labels"].get("multi") for s in summaries.values())
     for path, summary in summaries.items():
         integrity = read_json(path.parent / "integrity.json")
         assert integrity["status"] == "clean" and summary["integrity"]["status"] == "clean", (path, integrity["label"])
         assert integrity["contamination"]["items_scanned"] + integrity["contamination"]["items_too_short"] > 0
-        agent = path.parent.parent.name
+        agent = summary["labels"]["agent"]
         if agent == "copy" and integrity["lineage"] is not None:
             assert integrity["lineage"]["verdict"] == "untouched copy", path
     sft = read_json(sweep / "results" / "runs" / "addition-control" / "smollm2-135m-instruct" / "sft" / "0" / "integrity.json")
