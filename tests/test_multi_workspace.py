@@ -11,9 +11,7 @@ import os
 import stat
 import subprocess
 import sys
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -228,46 +226,6 @@ def _agent_script(script: str, workspace: Path, **env) -> subprocess.CompletedPr
     }
     return subprocess.run([sys.executable, "-c", script], env=full, cwd=root, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
-
-
-def test_submit_sends_task_only_when_given(tmp_path):
-    answers = [
-        (200, {"status": "scored", "score": 1.0}),
-        (503, {"status": "grader_error", "retryable": True, "score": 0.0, "error": "grader failed"}),
-        (200, {"status": "scored", "score": 2.0}),
-    ]
-    seen: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            status, body = answers[len(seen) - 1]
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Retry-After", "0")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    (tmp_path / "output" / "v1").mkdir(parents=True)
-    script = (
-        "import agent_env\n"
-        "agent_env.submit(agent_env.OUTPUT_DIR / 'v1')\n"
-        "agent_env.submit(agent_env.OUTPUT_DIR / 'v1', task='all')\n"
-    )
-    try:
-        proc = _agent_script(script, tmp_path, GRADING_SERVER_URL=f"http://127.0.0.1:{server.server_address[1]}/s")
-    finally:
-        server.shutdown()
-    assert proc.returncode == 0, proc.stderr
-    # The retry of a grader error sends the same request, task included.
-    assert seen == [{"model_path": "output/v1"}] + [{"model_path": "output/v1", "task": "all"}] * 2
 
 
 def test_multi_sft_agent_trains_on_every_single_turn_task(multi, tmp_path):
