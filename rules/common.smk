@@ -105,11 +105,15 @@ def level_inputs(stage):
     return inputs
 
 
-def get_agent_runtime_minutes(wildcards):
-    """SLURM runtime of run_agent: the budget, the kill grace and the overhead (grader, last evaluation)."""
-    budget = config["budget"]
+def runtime_minutes(budget):
+    """SLURM runtime of an agent run: the budget, the kill grace and the overhead (grader, last evaluation)."""
     seconds = budget["time_limit_s"] + budget["kill_grace_s"] + budget["overhead_s"]
     return int(-(-seconds // 60))
+
+
+def get_agent_runtime_minutes(wildcards):
+    """SLURM runtime of run_agent (runtime_minutes of the sweep's budget)."""
+    return runtime_minutes(config["budget"])
 
 
 # Settings of how the grader runs its evaluations (rlbench.evaluation.workers), not of what they compute:
@@ -299,9 +303,8 @@ def get_multi_budget(wildcards):
 
 
 def get_multi_runtime_minutes(wildcards):
-    budget = get_multi_budget(wildcards)
-    seconds = budget["time_limit_s"] + budget["kill_grace_s"] + budget["overhead_s"]
-    return int(-(-seconds // 60))
+    """SLURM runtime of run_agent_multi (runtime_minutes of the run's own budget)."""
+    return runtime_minutes(get_multi_budget(wildcards))
 
 
 def member_check(wildcards):

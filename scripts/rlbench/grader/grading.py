@@ -318,7 +318,8 @@ class Grader:
             names = requested_tasks(payload, self.targets, self.multi)
             if self.multi:  # what it asked for, and what its improvement will be measured against
                 entry["task"] = payload.get("task", ALL)
-                entry["baseline_score"] = round(sum(self.targets[n].baseline_score for n in names) / len(names), 6)
+                targets = self.targets
+                entry["baseline_score"] = round(sum(targets[n].baseline_score for n in names) / len(names), 6)
             model_dir = resolve_submission(self.config.workspace, model_path)
             # Copied first, following no link; from here on only the copy is read (grader.snapshot).
             copy = self.snapshots / f"{submission_id:04d}" / "model"
@@ -425,9 +426,9 @@ class Grader:
         digest = manifest["fingerprint"]
         write_checkpoint_record(pending, model_copy, manifest)
         held.enter_context(self._content_lock(digest))
+        targets = self.targets  # built from the config at each read in a single-task run: read once
         parts = {
-            name: self._score_task(self.targets[name], digest, model_copy, pending, gpus)
-            for name in (names or list(self.targets))
+            name: self._score_task(targets[name], digest, model_copy, pending, gpus) for name in (names or list(targets))
         }
         if self.multi:
             return self._multi_result(digest, parts)
@@ -444,9 +445,9 @@ class Grader:
     def _multi_result(self, digest: str, parts: dict[str, dict]) -> dict:
         """A multi-task submission's result: each task's numbers under `tasks`, the mean over them at the top level
         (grader.targets.combined); each task's private records (its final part, timings) under `task_records`."""
+        targets = self.targets
         tasks = {
-            name: task_entry(part["numbers"], self.targets[name].baseline_score, part["cached"])
-            for name, part in parts.items()
+            name: task_entry(part["numbers"], targets[name].baseline_score, part["cached"]) for name, part in parts.items()
         }
         result = {"fingerprint": digest, "cached": all(part["cached"] for part in parts.values()), "tasks": tasks}
         result.update(combined(tasks))
