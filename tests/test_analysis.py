@@ -72,7 +72,7 @@ def summaries() -> list[dict]:
     return [
         # sft on gsm8k: deltas [1, 2, 4].
         run("gsm8k", SFT, 0, 1.0, route="SFT-only", exec_success=True,
-            timeline=[item(1, 100, 10.5), item(2, 600, 11.0)]),
+            timeline=[item(1, 100, 10.5), item(2, 600, 11.0)], gpu_hours_busy=1.23456, gpu_hours_idle=0.5),
         run("gsm8k", SFT, 1, 2.0, route="SFT-only", exec_success=True, timeline=[item(1, 300, 12.0)]),
         run("gsm8k", SFT, 2, 4.0, route="SFT-only", exec_success=False,
             timeline=[item(1, 200, 0.0, scored=False), item(2, 900, 14.0)],
@@ -331,6 +331,11 @@ def test_tokens_cost(summaries):
     ref = one(table, task="gsm8k", agent="sft", seed="0")
     assert ref["scaffold"] == "reference" and ref["driver"] is None
     assert all(ref[c] is None for c in ("calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd"))
+    # GPU-hours busy and idle (summary.json's, from the resource trace); blank for a run without a GPU trace.
+    assert table.columns[-2:] == ["gpu_hours_busy", "gpu_hours_idle"]
+    assert (ref["gpu_hours_busy"], ref["gpu_hours_idle"]) == (1.23456, 0.5)
+    assert llm["gpu_hours_busy"] is None and llm["gpu_hours_idle"] is None
+    assert "gpu_hours_busy / gpu_hours_idle" in " ".join(table.notes)
 
 
 def test_failures(summaries):
@@ -370,6 +375,8 @@ def test_csv_round_trip_and_markdown(summaries, tmp_path):
     assert next(r for r in pk if r["agent"] == "sft" and r["task"] == "gsm8k")["pass_at_5"] == ""
     cost = list(csv.DictReader(open(tmp_path / "tokens_cost.csv")))
     assert next(r for r in cost if r["agent"] == "claude" and r["seed"] == "0" and r["task"] == "gsm8k")["cost_usd"] == "0.0123"
+    sft_cost = next(r for r in cost if r["agent"] == "sft" and r["seed"] == "0" and r["task"] == "gsm8k")
+    assert (sft_cost["gpu_hours_busy"], sft_cost["gpu_hours_idle"]) == ("1.235", "0.5")
     md = (tmp_path / "pass_at_k.md").read_text()
     sft_line = next(line for line in md.splitlines() if "| sft |" in line and "| gsm8k |" in line)
     assert sft_line.endswith(f"| 3 | 2.33 | 4.00 | {BLANK_MD} |")  # the blank pass@5 is rendered

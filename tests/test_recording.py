@@ -35,9 +35,18 @@ from rlbench.fileio.jsonio import read_json, read_jsonl, write_json
 from rlbench.recording import repository
 from rlbench.recording.reconstruct import reconstruct
 from rlbench.recording.repository import CODE_GIT, CodeRepository, code_revisions, git_env
-from rlbench.recording.trace import ResourceSampler, summarize_trace, tree_of
+from rlbench.recording.trace import (
+    GPU_BUSY_ABOVE_PERCENT,
+    GpuQueryError,
+    ResourceSampler,
+    gpu_hours,
+    query_gpus,
+    summarize_trace,
+    tree_of,
+)
 from rlbench.recording.workspace_state import workspace_usage
 from support.models import copy_model
+from support.nvidia_smi import FakeNvidiaSmi, gpu
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -325,6 +334,64 @@ def test_resource_sampler_samples_a_real_child(tmp_path):
     assert summary["peak_workspace_bytes"] == summary["final_workspace_bytes"] == 15_000
     assert summary["peak_cpu_percent"] > 30 and summary["workspace_truncated"] is False
     assert summarize_trace(tmp_path / "none.jsonl") is None
+
+
+def test_resource_sampler_records_gpu_utilisation_and_memory(tmp_path, monkeypatch):
+    """Per GPU, nvidia-smi's utilisation, memory used and memory total go into every sample (a fake
+    nvidia-smi on PATH), and the summary counts GPU-hours busy and idle over the run's GPUs."""
+    fake = FakeNvidiaSmi(tmp_path, [gpu(0, utilization=0, used_mib=3), gpu(1, utilization=0, used_mib=5)])
+    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "resources.jsonl"
+    with ResourceSampler(lambda: [], tmp_path, out, interval_s=0.3):
+        time.sleep(0.5)
+        fake.set([gpu(0, utilization=97, used_mib=40_000), {**gpu(1, used_mib=5), "utilization.gpu": "[N/A]"}])
+        time.sleep(0.7)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["gpu_utilization_percent"] == {"0": 0, "1": 0}
+    assert lines[0]["gpu_memory_used_mib"] == {"0": 3, "1": 5}
+    assert lines[0]["gpu_memory_total_mib"] == {"0": 81559, "1": 81559}
+    # A value nvidia-smi does not report is left out, never written as 0.
+    assert lines[-1]["gpu_utilization_percent"] == {"0": 97} and lines[-1]["gpu_memory_used_mib"]["0"] == 40_000
+    summary = summarize_trace(out, gpus=["0"])
+    assert summary["peak_gpu_memory_mib"] == {"0": 40_000, "1": 5}
+    assert summary["peak_gpu_memory_total_mib"] == 40_005
+    assert summary["peak_gpu_utilization_percent"] == {"0": 97, "1": 0}
+    hours = summary["gpu_hours"]
+    assert hours["gpus"] == ["0"] and hours["busy"] > 0 and hours["idle"] > 0
+    assert hours["busy"] + hours["idle"] == pytest.approx((lines[-1]["ts"] - lines[0]["ts"]) / 3600, abs=1e-5)
+    # Without nvidia-smi: no GPU field at all, and no GPU-hours (never fake zeros).
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    assert query_gpus() is None
+    bare = tmp_path / "bare.jsonl"
+    with ResourceSampler(lambda: [], tmp_path, bare, interval_s=0.1):
+        time.sleep(0.15)
+    assert all(not any(k.startswith("gpu_") for k in json.loads(line)) for line in bare.read_text().splitlines())
+    bare_summary = summarize_trace(bare)
+    assert bare_summary["gpu_hours"] is None and bare_summary["peak_gpu_utilization_percent"] is None
+
+
+def test_a_failing_nvidia_smi_is_a_clear_error_and_no_gpu_sample(tmp_path, monkeypatch):
+    fake = FakeNvidiaSmi(tmp_path, "fail")
+    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(GpuQueryError, match="exit status 1: NVIDIA-SMI has failed"):
+        query_gpus()
+    sample = ResourceSampler(lambda: [], tmp_path, tmp_path / "r.jsonl").sample()
+    assert not any(key.startswith("gpu_") for key in sample)
+
+
+def test_gpu_hours_count_each_interval_by_the_utilisation_at_its_end():
+    def sample(ts, **utilisation):
+        return {"ts": ts, "gpu_utilization_percent": {k.lstrip("g"): v for k, v in utilisation.items()}}
+
+    samples = [sample(0, g0=0, g1=50), sample(3600, g0=80, g1=0), sample(5400, g0=0, g1=0), sample(7200, g0=1)]
+    # GPU 0: the first hour ends at 80 % (busy), the next half hour at 0 % (idle), the last at 1 % (busy).
+    assert gpu_hours(samples, ["0"]) == {"busy": 1.5, "idle": 0.5, "gpus": ["0"], "busy_above_percent": GPU_BUSY_ABOVE_PERCENT}
+    # Both GPUs (none given: all were visible), summed; GPU 1 has no reading at the last sample: not counted.
+    both = gpu_hours(samples, [])
+    assert both["gpus"] == ["0", "1"] and (both["busy"], both["idle"]) == (1.5, 0.5 + 1.5)
+    # Ids that are not nvidia-smi's indices (UUIDs): every GPU the trace saw.
+    assert gpu_hours(samples, ["GPU-abc"])["gpus"] == ["0", "1"]
+    assert gpu_hours([{"ts": 0}, {"ts": 5, "gpu_memory_used_mib": {"0": 1}}]) is None
 
 
 def test_resource_sampler_survives_a_failing_process_source(tmp_path):

@@ -122,6 +122,22 @@ def test_overview_without_submissions_or_meta(tmp_path):
     assert (summary["code_files"], summary["model_versions"], summary["zero_score_share"]) == (0, 0, None)
     assert summary["exec_success"] is False and summary["cost_usd"] is None
     assert summary["timeline"] == [] and summary["routes_used"] == []
+    # No resource trace (or one without nvidia-smi): no GPU-hours, not zeros.
+    assert summary["gpu_hours_busy"] is None and summary["gpu_hours_idle"] is None
+
+
+def test_overview_gpu_hours_from_the_resource_trace(tmp_path):
+    """GPU-hours busy and idle over the run's GPUs (run.json gpus), from resources.jsonl's utilisation."""
+    run_dir, run = make_run(tmp_path, [], {}, {})
+    samples = [
+        {"ts": 0, "gpu_utilization_percent": {"0": 0, "1": 0, "2": 100}},
+        {"ts": 1800, "gpu_utilization_percent": {"0": 90, "1": 0, "2": 100}},
+        {"ts": 3600, "gpu_utilization_percent": {"0": 0, "1": 0, "2": 100}},
+    ]
+    (run_dir / "resources.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    summary, _ = summarize(run_dir, {**run, "gpus": ["0", "1"]})  # GPU 2 is another job's
+    # GPU 0: half an hour busy, half idle; GPU 1: an hour idle.
+    assert (summary["gpu_hours_busy"], summary["gpu_hours_idle"]) == (0.5, 1.5)
 
 
 def test_jsonl_keeps_the_reference_fields_and_leaves_out_long_text(four):

@@ -31,6 +31,7 @@ from rlbench.analysis.stats import (
     within_noise,
 )
 from rlbench.analysis.tablefiles import BLANK_MD, Table
+from rlbench.recording.trace import GPU_BUSY_ABOVE_PERCENT
 from rlbench.summaries.failures import FAILURE_TYPES
 from rlbench.summaries.routes import ROUTE_LABELS, TRAINING_ROUTES
 
@@ -550,6 +551,7 @@ def routes(summaries: list[dict]) -> Table:
 
 
 TOKEN_FIELDS = ("calls", "input_tokens", "output_tokens", "total_tokens")
+GPU_HOUR_FIELDS = ("gpu_hours_busy", "gpu_hours_idle")  # summary.json's (summaries.summary.run_overview)
 
 
 def _one_per_run(summaries: list[dict]) -> list[dict]:
@@ -568,8 +570,9 @@ def _one_per_run(summaries: list[dict]) -> list[dict]:
 
 
 def tokens_cost(summaries: list[dict], decimals: int) -> Table:
-    """Per run: LLM calls, tokens and cost from the run's gateway (blank for reference agents); a multi-task run
-    once (its task cell is the run's tasks), not once per task."""
+    """Per run: LLM calls, tokens and cost from the run's gateway (blank for reference agents) and the GPU-hours its
+    GPUs were busy and idle (blank without a GPU trace); a multi-task run once (its task cell is the run's tasks),
+    not once per task."""
     rows = []
     multi = _has_multi(summaries)
     for s in _one_per_run(summaries):
@@ -587,13 +590,18 @@ def tokens_cost(summaries: list[dict], decimals: int) -> Table:
                 "driver": s.get("driver") or None,
                 **{name: _int(tokens.get(name)) for name in TOKEN_FIELDS},
                 "cost_usd": cost,
+                **{name: number(s.get(name)) for name in GPU_HOUR_FIELDS},
             }
         )
     cost_decimals = max(decimals, 4)
+    hour_decimals = max(decimals, 3)
     notes = [
         "One row per run: the LLM gateway's usage (calls, input / output / total tokens) and cost in USD "
         f"(rounded to {cost_decimals} decimals).",
         "Blank: no LLM usage recorded (scripted reference agents, or a gateway that did not report it).",
+        "gpu_hours_busy / gpu_hours_idle: hours of the run's GPUs, summed over them, in which the resource trace "
+        f"(nvidia-smi) saw each GPU's utilisation above {GPU_BUSY_ABOVE_PERCENT} % (busy) or not (idle), rounded to "
+        f"{hour_decimals} decimals; blank where the run had no GPU trace (no nvidia-smi, e.g. a CPU-only run).",
     ]
     if multi:
         notes.append(
@@ -602,10 +610,10 @@ def tokens_cost(summaries: list[dict], decimals: int) -> Table:
         )
     return Table(
         ["task", "model", "agent", "seed", *([MULTI_COLUMN] if multi else []), "scaffold", "driver", *TOKEN_FIELDS,
-         "cost_usd"],
+         "cost_usd", *GPU_HOUR_FIELDS],
         rows,
         notes,
-        column_decimals={"cost_usd": cost_decimals},
+        column_decimals={"cost_usd": cost_decimals, **{name: hour_decimals for name in GPU_HOUR_FIELDS}},
     )
 
 

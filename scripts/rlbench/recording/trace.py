@@ -21,28 +21,83 @@ if TYPE_CHECKING:  # psutil is only needed by whoever passes processes in
     import psutil
 
 NVIDIA_SMI_TIMEOUT_S = 10
+# What the sampler asks nvidia-smi for, per GPU, at every sample.
+GPU_SAMPLE_FIELDS = ("index", "utilization.gpu", "memory.used", "memory.total")
+# A sample interval counts as busy for a GPU whose utilisation (nvidia-smi utilization.gpu: the share
+# of the recent past in which a kernel ran) was above this many percent; at or below, idle.
+GPU_BUSY_ABOVE_PERCENT = 0
+# nvidia-smi's fields that are numbers (MiB, percent); the others (index, uuid, name) stay text.
+_NUMERIC_FIELDS = frozenset({"utilization.gpu", "memory.used", "memory.total"})
 
 
-def gpu_memory_used() -> dict[str, int] | None:
-    """MiB used on each GPU (nvidia-smi), {} when it answers nothing; None without nvidia-smi."""
+class GpuQueryError(RuntimeError):
+    """nvidia-smi is there but did not answer (it failed, timed out or printed what we cannot read)."""
+
+
+def query_gpus(fields: tuple[str, ...] = GPU_SAMPLE_FIELDS) -> list[dict] | None:
+    """One {field: value} per GPU that nvidia-smi lists (``--query-gpu``; the numeric fields as int,
+    "[N/A]" / "[Not Supported]" as None); None without nvidia-smi on PATH. Raises GpuQueryError when
+    nvidia-smi fails or prints a line without every field."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
     try:
-        out = subprocess.run(
-            [smi, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+        done = subprocess.run(
+            [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=NVIDIA_SMI_TIMEOUT_S,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    used = {}
-    for line in out.splitlines():
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GpuQueryError(f"nvidia-smi ({smi}) did not answer: {exc}") from exc
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip()[-500:]
+        raise GpuQueryError(f"nvidia-smi ({smi}) failed with exit status {done.returncode}: {said}")
+    rows = []
+    for line in done.stdout.splitlines():
+        if not line.strip():
+            continue
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[1].isdigit():
-            used[parts[0]] = int(parts[1])
-    return used
+        if len(parts) != len(fields):
+            raise GpuQueryError(f"nvidia-smi printed {line.strip()!r}, not the {len(fields)} fields {', '.join(fields)}")
+        row = {}
+        for name, value in zip(fields, parts):
+            if name in _NUMERIC_FIELDS:
+                try:
+                    row[name] = round(float(value))
+                except ValueError:  # [N/A], [Not Supported]: what this GPU does not report
+                    row[name] = None
+            else:
+                row[name] = value
+        rows.append(row)
+    return rows
+
+
+def gpu_sample() -> dict[str, dict[str, int]] | None:
+    """The resource trace's GPU fields (ResourceSampler): gpu_utilization_percent, gpu_memory_used_mib
+    and gpu_memory_total_mib, each {gpu index: value} (a value nvidia-smi does not report is left out);
+    {} when nvidia-smi fails; None without nvidia-smi."""
+    try:
+        rows = query_gpus(GPU_SAMPLE_FIELDS)
+    except GpuQueryError:
+        traceback.print_exc(file=sys.stderr)
+        return {}
+    if rows is None:
+        return None
+    sample: dict[str, dict[str, int]] = {
+        "gpu_utilization_percent": {},
+        "gpu_memory_used_mib": {},
+        "gpu_memory_total_mib": {},
+    }
+    for row in rows:
+        for field, key in (
+            ("utilization.gpu", "gpu_utilization_percent"),
+            ("memory.used", "gpu_memory_used_mib"),
+            ("memory.total", "gpu_memory_total_mib"),
+        ):
+            if row[field] is not None:
+                sample[key][row["index"]] = row[field]
+    return sample
 
 
 def tree_of(pid: int) -> list["psutil.Process"]:
@@ -71,7 +126,10 @@ class ResourceSampler:
         workspace_ts        made at most every workspace_interval_s seconds (default: the larger
                             of interval_s and 30 s: a big workspace costs CPU time to walk), and
                             for the first and the last sample; workspace_ts says when
-        gpu_memory_used_mib {gpu index: MiB used on the device, by anyone} (only where nvidia-smi is)
+        gpu_utilization_percent {gpu index: % busy (nvidia-smi utilization.gpu)},
+        gpu_memory_used_mib {gpu index: MiB used on the device, by anyone} and
+        gpu_memory_total_mib    {gpu index: MiB on the device}: every GPU nvidia-smi lists, and only
+                            where nvidia-smi is (absent without it, never zeros)
 
     processes: called at each sample, returns the processes to measure (e.g. the agent's tree);
     a process listed twice is counted once, one that is gone by the time it is read is skipped.
@@ -171,16 +229,55 @@ class ResourceSampler:
             "workspace_ts": round(walked, 3),
         }
         if self._gpu:
-            used_mib = gpu_memory_used()
-            if used_mib is not None:
-                record["gpu_memory_used_mib"] = used_mib
+            record.update(gpu_sample() or {})
         return record
 
 
-def summarize_trace(path: Path) -> dict | None:
-    """What a resources.jsonl says: samples, first/last ts, peaks (rss, cpu, processes, workspace
-    bytes, GPU memory per GPU and summed over GPUs), mean CPU, the last workspace size; None when
-    there is no trace. Unreadable lines are counted and skipped."""
+def _gpu_values(sample: dict, key: str) -> dict[str, int]:
+    values = sample.get(key)
+    if not isinstance(values, dict):
+        return {}
+    return {str(gpu): v for gpu, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def gpu_hours(samples: list[dict], gpus: list[str] | None = None) -> dict | None:
+    """GPU-hours busy and idle over a trace's samples (in time order), summed over the run's GPUs.
+
+    The run's GPUs: `gpus` (run.json's, CUDA_VISIBLE_DEVICES) where every one of them is a GPU index the
+    trace has utilisation for; otherwise (none given: every GPU was visible to the run; or ids such as
+    UUIDs that are not nvidia-smi's indices) every GPU the trace has utilisation for. Each interval
+    between two consecutive samples counts, for each of those GPUs, as busy when the utilisation read
+    at its end is above GPU_BUSY_ABOVE_PERCENT, else as idle; an interval whose end sample has no
+    reading for a GPU counts as neither. None when no sample has a GPU utilisation (no nvidia-smi)."""
+    # In nvidia-smi's order (by index), as the samples list them.
+    sampled = list(dict.fromkeys(gpu for s in samples for gpu in _gpu_values(s, "gpu_utilization_percent")))
+    if not sampled:
+        return None
+    chosen = [str(g) for g in gpus or ()]
+    counted = chosen if chosen and set(chosen) <= set(sampled) else sampled
+    busy = idle = 0.0
+    for before, after in zip(samples, samples[1:]):
+        seconds = after["ts"] - before["ts"]
+        if seconds <= 0:
+            continue
+        utilisation = _gpu_values(after, "gpu_utilization_percent")
+        for gpu in counted:
+            if gpu in utilisation:
+                if utilisation[gpu] > GPU_BUSY_ABOVE_PERCENT:
+                    busy += seconds
+                else:
+                    idle += seconds
+    return {
+        "busy": round(busy / 3600, 6),
+        "idle": round(idle / 3600, 6),
+        "gpus": counted,
+        "busy_above_percent": GPU_BUSY_ABOVE_PERCENT,
+    }
+
+
+def read_trace(path: Path) -> tuple[list[dict], int] | None:
+    """A resources.jsonl's samples (records with a numeric ts, in file order) and how many lines could not
+    be read; None when there is no trace."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -196,19 +293,32 @@ def summarize_trace(path: Path) -> dict | None:
                 samples.append(record)
             else:
                 bad += 1
+    return samples, bad
+
+
+def summarize_trace(path: Path, gpus: list[str] | None = None) -> dict | None:
+    """What a resources.jsonl says: samples, first/last ts, peaks (rss, cpu, processes, workspace
+    bytes, GPU memory per GPU and summed over GPUs, GPU utilisation per GPU), mean CPU, the last
+    workspace size, and gpu_hours (busy and idle GPU-hours over the run's `gpus`: see gpu_hours);
+    None when there is no trace. Unreadable lines are counted and skipped. The GPU fields are None
+    when the trace has none (no nvidia-smi)."""
+    read = read_trace(path)
+    if read is None:
+        return None
+    samples, bad = read
 
     def peak(key: str):
         values = [s[key] for s in samples if isinstance(s.get(key), (int, float))]
         return max(values) if values else None
 
-    gpu_peaks: dict[str, int] = {}
-    gpu_total = None
-    for s in samples:
-        used = s.get("gpu_memory_used_mib")
-        if isinstance(used, dict) and used:
-            for gpu, mib in used.items():
-                gpu_peaks[gpu] = max(gpu_peaks.get(gpu, 0), mib)
-            gpu_total = max(gpu_total or 0, sum(used.values()))
+    def per_gpu_peak(key: str) -> dict[str, int] | None:
+        peaks: dict[str, int] = {}
+        for s in samples:
+            for gpu, value in _gpu_values(s, key).items():
+                peaks[gpu] = max(peaks.get(gpu, value), value)
+        return peaks or None
+
+    totals = [sum(used.values()) for used in (_gpu_values(s, "gpu_memory_used_mib") for s in samples) if used]
     cpus = [s["cpu_percent"] for s in samples if isinstance(s.get("cpu_percent"), (int, float))]
     return {
         "samples": len(samples),
@@ -223,6 +333,8 @@ def summarize_trace(path: Path) -> dict | None:
         "peak_workspace_bytes": peak("workspace_bytes"),
         "final_workspace_bytes": samples[-1].get("workspace_bytes") if samples else None,
         "workspace_truncated": any(s.get("workspace_truncated") for s in samples),
-        "peak_gpu_memory_mib": gpu_peaks or None,
-        "peak_gpu_memory_total_mib": gpu_total,
+        "peak_gpu_memory_mib": per_gpu_peak("gpu_memory_used_mib"),
+        "peak_gpu_memory_total_mib": max(totals) if totals else None,
+        "peak_gpu_utilization_percent": per_gpu_peak("gpu_utilization_percent"),
+        "gpu_hours": gpu_hours(samples, gpus),
     }

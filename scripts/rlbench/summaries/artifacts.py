@@ -149,5 +149,5 @@ def collect_artifacts(run_dir: Path, manifest: dict | None = None) -> dict:
         "code_revisions": [
             {"sha": r["sha"], "submission": r["submission"], "time": r["time"]} for r in code_revisions(grader)
         ],
-        "resources": summarize_trace(run_dir / "resources.jsonl"),
+        "resources": summarize_trace(run_dir / "resources.jsonl", run.get("gpus")),
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 from rlbench.evaluation.evaluate import DELTA_FAMILY
 from rlbench.fileio.jsonio import read_json, read_jsonl
 from rlbench.recording.ledger import SCORED, is_scored
+from rlbench.recording.trace import gpu_hours, read_trace
 from rlbench.summaries.agent_code import code_files
 from rlbench.summaries.artifacts import base_model_dir, model_version_count
 from rlbench.summaries.failures import failure_type, improvement_success, interactive_failure
@@ -155,9 +156,11 @@ def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], 
     index of the best evaluated submission, the first of ties), code_files (code files in the
     final code/), model_versions (checkpoint directories with a config.json under output/),
     zero_score_share (share of submissions scoring 0, failed ones included), exec_success (any
-    submission evaluated), cost_usd (the LLM gateway's cost), timeline (per submission: iteration,
-    since_start_s, score, scored, train_type) and routes_used (the training routes of the
-    iterations, in order of first use)."""
+    submission evaluated), cost_usd (the LLM gateway's cost), gpu_hours_busy and gpu_hours_idle
+    (GPU-hours of the run's GPUs in which the resource trace saw them busy or idle, summed over its
+    GPUs: recording.trace.gpu_hours; None without a GPU trace, i.e. without nvidia-smi), timeline (per
+    submission: iteration, since_start_s, score, scored, train_type) and routes_used (the training
+    routes of the iterations, in order of first use)."""
     workspace = Path(run_dir) / "workspace"
     start, end = meta.get("start_time"), meta.get("end_time")
     scored = [(i, e) for i, e in enumerate(submissions, start=1) if is_scored(e)]
@@ -165,6 +168,8 @@ def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], 
     llm = run.get("llm") if isinstance(run.get("llm"), dict) else {}
     tokens = llm.get("tokens") if isinstance(llm.get("tokens"), dict) else {}
     cost = tokens.get("cost_usd")
+    trace = read_trace(Path(run_dir) / "resources.jsonl")
+    hours = gpu_hours(trace[0], run.get("gpus")) if trace is not None else None
     routes: list[str] = []
     for record in records:
         if record["train_type"] in TRAINING_ROUTES and record["train_type"] not in routes:
@@ -180,6 +185,8 @@ def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], 
         ),
         "exec_success": bool(scored),
         "cost_usd": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        "gpu_hours_busy": hours["busy"] if hours else None,
+        "gpu_hours_idle": hours["idle"] if hours else None,
         "timeline": [
             {
                 "iteration": record["iteration"],
