@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -10,8 +11,10 @@ import psutil
 import pytest
 
 from rlbench.fileio.jsonio import read_json, read_jsonl
+from rlbench.agent_run.preflight import EXPECTED_MEMORY_VAR, IDLE_MEMORY_MIB, gpu_preflight
 from rlbench.agent_run.runner import run_agent
 from rlbench.sandbox.bubblewrap import bubblewrap_available
+from support.nvidia_smi import FakeNvidiaSmi, gpu
 from support.runs import spec_for
 from support.settings import GSM8K_SETTINGS
 
@@ -45,11 +48,69 @@ def test_agent_killed_at_deadline_leaves_complete_ledger_and_timeout_record(work
     assert "GRADING_SERVER_URL" not in (workspace / "agent.log").read_text()
 
 
-def test_failing_agent_is_a_recorded_result(workspace, tiny_model, gsm8k_data):
+def test_failing_agent_is_a_recorded_result(workspace, tiny_model, gsm8k_data, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", "echo boom; exit 3"]))
     assert record.status == "failed" and record.exit_code == 3 and record.submissions == 0
     assert (workspace.parent / "grader" / "ledger.jsonl").read_text() == ""
     assert "boom" in (workspace / "agent.log").read_text()
+    # No GPUs given (CUDA_VISIBLE_DEVICES unset): the GPU pre-flight passed trivially and said so.
+    assert record.preflight["ok"] and not record.preflight["checked"] and "a CPU run" in record.preflight["message"]
+
+
+def test_gpu_preflight_failure_ends_the_run_with_error_before_the_agent_starts(
+    workspace, tiny_model, gsm8k_data, tmp_path, monkeypatch
+):
+    """GPU 1 (CUDA_VISIBLE_DEVICES) holds another job's memory: the run ends with status error and the reason
+    in run.json, its agent never started, its outputs written as for any run (the sweep goes on)."""
+    fake = FakeNvidiaSmi(tmp_path, [gpu(0), gpu(1, utilization=85, used_mib=30_000)])
+    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    started = workspace / "code" / "started"
+    record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", f"touch {started}"]))
+    run = read_json(workspace.parent / "run.json")
+    assert record.status == run["status"] == "error" and not started.exists()
+    assert run["error"].startswith("GPU pre-flight failed, the agent was not started: GPU 1 is in use")
+    assert "30000 MiB used" in run["error"] and "85 %" in run["error"]
+    assert run["preflight"]["ok"] is False and run["preflight"]["checked"] is True
+    assert [g["index"] for g in run["preflight"]["gpus"]] == ["1"] and run["gpus"] == ["1"]
+    assert (workspace / "run_meta.json").is_file() and run["submissions"] == 0
+
+
+def test_gpu_preflight_passes_idle_gpus_and_the_agent_runs(workspace, tiny_model, gsm8k_data, tmp_path, monkeypatch):
+    fake = FakeNvidiaSmi(tmp_path, [gpu(0), gpu(1, utilization=0, used_mib=2)])
+    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    started = workspace / "code" / "started"
+    record = run_agent(spec_for(workspace, tiny_model, gsm8k_data, ["bash", "-c", f"touch {started}"]))
+    assert record.status == "completed" and started.exists()
+    assert record.preflight["ok"] and record.preflight["message"] == "the GPUs given (1) exist and are idle"
+
+
+def test_gpu_preflight_checks_existence_idleness_and_expected_memory(tmp_path, monkeypatch):
+    fake = FakeNvidiaSmi(tmp_path, [gpu(0, used_mib=IDLE_MEMORY_MIB), gpu(1, total_mib=40_960)])
+    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
+    ok = gpu_preflight(["0", "GPU-fake-1"], environ={})
+    assert ok["ok"] and ok["checked"] and [g["index"] for g in ok["gpus"]] == ["0", "1"]
+    assert ok["message"] == "the GPUs given (0,GPU-fake-1) exist and are idle"
+    missing = gpu_preflight(["0", "3"], environ={})
+    assert not missing["ok"] and missing["message"] == "GPU 3 does not exist (nvidia-smi lists GPUs 0, 1)"
+    small = gpu_preflight(["0", "1"], environ={EXPECTED_MEMORY_VAR: "80000"})
+    assert not small["ok"]
+    assert small["message"] == f"GPU 1 has 40960 MiB of memory, less than the 80000 MiB expected ({EXPECTED_MEMORY_VAR})"
+    assert gpu_preflight(["0"], environ={EXPECTED_MEMORY_VAR: "80000"})["message"] == (
+        "the GPUs given (0) exist and are idle, each with at least 80000 MiB"
+    )
+    assert "positive whole number" in gpu_preflight(["0"], environ={EXPECTED_MEMORY_VAR: "80GB"})["message"]
+    fake.set("fail")
+    broken = gpu_preflight(["0"], environ={})
+    assert not broken["ok"] and "could not be checked" in broken["message"] and "NVIDIA driver" in broken["message"]
+    # A CPU run passes trivially, and so do GPUs nothing can check (no nvidia-smi), each saying so.
+    cpu = gpu_preflight([], environ={})
+    assert cpu["ok"] and not cpu["checked"] and "a CPU run" in cpu["message"]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    unchecked = gpu_preflight(["0"], environ={})
+    assert unchecked["ok"] and not unchecked["checked"] and "nvidia-smi is not on PATH" in unchecked["message"]
 
 
 def test_agent_not_ready_is_recorded_not_raised(workspace, tiny_model, gsm8k_data):

@@ -20,6 +20,7 @@ from rlbench.agent_run.environment import (
     visible_gpus,
     visible_paths,
 )
+from rlbench.agent_run.preflight import gpu_preflight
 from rlbench.agent_run.process_tree import agent_processes, exit_signal, kill_tree, stop_strays
 from rlbench.agent_run.spec import RunRecord, RunSpec
 from rlbench.agent_run.supervision import DiskWatch, StopRequest, supervise
@@ -41,9 +42,13 @@ from rlbench.sandbox.limits import AgentCgroup, limit_settings
 def run_agent(spec: RunSpec) -> RunRecord:
     """Run the agent to completion or deadline; always returns (and writes) a run record.
 
-    When an earlier attempt of this run was interrupted, it is archived under attempts/<k>/
-    (ledger included) and the agent starts again from a fresh workspace. A SIGTERM/SIGINT to the runner
-    stops the agent and ends the run with status interrupted. At the end of every run, whatever the
+    Before the budget starts, the GPU pre-flight (agent_run.preflight) checks the GPUs the job was given; when
+    they are missing, busy or smaller than expected, the agent is not started and the run ends with status
+    error, its reason in run.json (`error`, `preflight`).
+
+    When an earlier attempt of this run was interrupted, it is archived under attempts/<k>/ (ledger included)
+    and the agent starts again from a fresh workspace. A SIGTERM/SIGINT to the runner stops the agent and
+    ends the run with status interrupted. At the end of every run, whatever the
     outcome, every process carrying the run's marker is killed.
     """
     with StopRequest() as stop:
@@ -99,6 +104,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
     command = agent_command(spec.agent) if spec.agent.get("kind") != "cli" else []  # cli: planned by its adapter
     marker = new_secret()
     attempt = begin_attempt(spec.run_dir, marker)
+    # Before the budget starts: the GPUs the job was given exist, are idle and have the memory expected.
+    preflight = gpu_preflight(visible_gpus())
     start = time.time()
     record_provenance = provenance(
         spec.task_settings,
@@ -141,7 +148,8 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
             tasks=targets,
         )
     )
-    grader.warm_up()  # the evaluation worker imports torch while the agent starts
+    if preflight["ok"]:
+        grader.warm_up()  # the evaluation worker imports torch while the agent starts
     exit_code, timed_out, error, status, strays, limits = None, False, None, "error", 0, None
     plan = sandbox.SandboxPlan("none", command, "not started")
     cli = None
@@ -153,7 +161,9 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
     stopped_by: dict | None = None
     log_path = spec.workspace / "agent.log"
     with GradingServer(grader) as server:
-        if problems:
+        if not preflight["ok"]:
+            error = f"GPU pre-flight failed, the agent was not started: {preflight['message']}"
+        elif problems:
             error = f"agent {spec.agent['name']!r} is not ready: " + "; ".join(problems)
         elif stop.reason is not None:
             status = "interrupted"
@@ -287,6 +297,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
         limits=limits,
         tasks=spec.tasks,
         best_by_task=dict(grader.best_by_task.best) if spec.members else None,
+        preflight=preflight,
     )
     if cli is not None:
         record.llm = cli.record()

@@ -105,3 +105,6 @@ class RunRecord:
     # `best` is then the best mean over all the tasks among the submissions evaluated on all of them.
     tasks: list[str] | None = None
     best_by_task: dict | None = None
+    # The GPU pre-flight, before the budget started (agent_run.preflight.gpu_preflight): {"ok", "checked",
+    # "message", "gpus"}. Not ok: status error, `error` says why, and the agent was never started.
+    preflight: dict | None = None
