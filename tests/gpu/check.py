@@ -8,11 +8,12 @@ repository's root:
     pip install -q --no-index --no-deps --find-links tests/gpu/wheels --target /tmp/rlbench-site -r tests/gpu/wheels.txt && PYTHONPATH=/tmp/rlbench-site python3 tests/gpu/check.py --json /tmp/gpu-check.json
 
 (--no-deps: pip --target ignores what is installed already, so it would look for torch among the
-wheels; the list holds every package the checks need beyond the machine's own.) Size: at the
-environment's pins the wheels take about 71 MB, 55 MB of it pyarrow 26 (datasets needs pyarrow >= 24,
-itself 49 MB), above a 64 MiB carry with the working tree: carry them in two calls of a warm machine
-(install pyarrow into an ignored folder first, which stays there between calls), or where the machine
-has pyarrow and pandas already, leave those two out.
+wheels; the list holds every package the checks need beyond the machine's own.) Size: the wheels take about 58 MB
+(41 MiB of it pyarrow), within a 64 MiB carry with the working tree (about 4 MB): that is why the
+list pins datasets 4.7.0 with pyarrow 21.0.0, the oldest that TRL accepts, where the project's
+environment has newer ones (datasets 5 needs pyarrow >= 24, whose wheel alone is 49 MB).
+tests/test_gpu_check.py (slow tier) runs this script's dry run on exactly those two and checks the
+size of the carry.
 
 It prints one row per check (check, result ok / FAIL / skipped, figure, seconds) and exits with
 status 1 when a check failed. The checks, on the project's real code:
@@ -42,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -359,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[gpu-check] device {kind}, GPUs {device.gpus or 'none'}, work {work}", file=sys.stderr, flush=True)
 
     model_dir = work / "model"
+    if model_dir.exists():  # a --work reused from an earlier check: the model is built again
+        shutil.rmtree(model_dir)
 
     def build():
         summary = prepare_model(load_spec(REPO / "config" / "models" / f"{args.model}.yaml"), model_dir)
