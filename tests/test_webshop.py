@@ -382,6 +382,28 @@ def test_episode_over_the_context_ends_lost(splits):
     assert all(item["steps"] == 0 and item["end"] == "context" for item in result.items)
 
 
+def test_hf_backend_plays_every_episode_like_the_reference_loop(splits, tiny_model):
+    """The evaluation's hf path (episode_generator over a CachedBatchGenerator: row_cache, every
+    live episode in lockstep) ends every episode as the reference's loop does (FullPromptGenerator,
+    one episode at a time), past the history window's first slide."""
+    from rlbench.generation.full_prompt import FullPromptGenerator
+    from rlbench.generation.prefix_cache import CachedBatchGenerator
+    from rlbench.generation.row_cache import TurnLengthSwitch
+    from rlbench.tasks.webshop.rollout import episode_generator, play_episodes
+
+    catalogue = public.Catalogue(public.load_products(splits["eval"] / "products.jsonl"))
+    goals = {row["id"]: row for row in read_jsonl(splits["eval"] / "eval.jsonl")}
+    steps = public.HISTORY_WINDOW + 3
+    ours = episode_generator(CachedBatchGenerator(tiny_model, device="cpu"))
+    assert isinstance(ours, TurnLengthSwitch)
+    played = {}
+    for name, generator, live in (("ours", ours, 4), ("reference", FullPromptGenerator(tiny_model, device="cpu"), 1)):
+        played[name] = play_episodes(goals, lambda: public.WebShopEnv(catalogue), generator, max_steps=steps, max_live=live)
+    assert played["ours"] == played["reference"]
+    assert all(episode["steps"] for episode in played["ours"].values())
+    assert ours.stats["path"] == "rows" and not ours.rows.entries and ours.stats["prompt_tokens_reused"] > 0.2 * ours.stats["prompt_tokens"], ours.stats
+
+
 def test_heldout_goals_never_reach_the_training_split_or_a_workspace(splits, tmp_path):
     from rlbench.agent_run.workspace import prepare_workspace
 

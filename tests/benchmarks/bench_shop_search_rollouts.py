@@ -6,9 +6,14 @@
 
 Builds each task's held-out split offline (the task's own build_games, with a benchmark salt)
 and plays the same episodes twice with the same model:
-- ours: every live episode advanced in lockstep, one batched generation call per step
-  (rlbench.generation.prefix_cache.CachedBatchGenerator: each episode's prompt kept as KV cache between steps
-  and shared prefixes computed once), the task's own play loop (max_live = all episodes);
+- ours: every live episode advanced in lockstep, one generation call per step, the task's own play
+  loop (max_live = all episodes) with the generator its evaluation uses over the hf backend's
+  (rlbench.generation.prefix_cache.CachedBatchGenerator): DeepSearchQA's growing prompts, that one
+  (one batched decode per call, each episode's prompt kept as KV cache between steps, shared
+  prefixes computed once); WebShop's prompts, rebuilt at every step, webshop.rollout's
+  episode_generator (rlbench.generation.row_cache.TurnLengthSwitch: that batch decode, or, once the
+  first call's turns were one token long, each prompt alone from its longest cached prefix, no
+  padding, prompt-lookup drafts; the path taken is printed);
 - the reference's loop: one episode at a time (max_live = 1), the whole prompt computed at every
   step (FullPromptGenerator: transformers generate, batch 1).
 
@@ -78,6 +83,15 @@ class Timed:
         self.generator.release(key)
 
 
+def ours_for(name: str, generator):
+    """The generator the task's evaluation plays with over the hf backend's `generator`."""
+    if name == "webshop":
+        from rlbench.tasks.webshop.rollout import episode_generator
+
+        return episode_generator(generator)
+    return generator
+
+
 def play(name: str, built: Path, generator, *, max_live: int, max_steps: int | None, max_new_tokens: int | None) -> dict:
     """key -> the comparable part of each episode."""
     if name == "webshop":
@@ -115,7 +129,8 @@ def side(name, built, generator, *, max_live, args) -> dict:
     timed = Timed(generator)
     began = time.perf_counter()
     episodes = play(name, built, timed, max_live=max_live, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens)
-    return {"wall_s": time.perf_counter() - began, "generation_s": timed.seconds, "episodes": episodes}
+    path = getattr(generator, "stats", {}).get("path", "cached batch")
+    return {"wall_s": time.perf_counter() - began, "generation_s": timed.seconds, "episodes": episodes, "path": path}
 
 
 def main() -> int:
@@ -147,12 +162,12 @@ def main() -> int:
         reference_generator = None if args.skip_reference else FullPromptGenerator(model_dir)
         for name in tasks:
             _settings, built = build(name, args.episodes, scratch / name)
-            result = {"ours": side(name, built, ours_generator, max_live=args.episodes, args=args)}
+            result = {"ours": side(name, built, ours_for(name, ours_generator), max_live=args.episodes, args=args)}
             if reference_generator is not None:
                 result["reference"] = side(name, built, reference_generator, max_live=1, args=args)
             ours = result["ours"]
             print(f"\n{name}: {len(ours['episodes'])} episodes, model {args.model_dir or args.model}")
-            print(f"  ours (lockstep, cached batch): wall {ours['wall_s']:.1f} s, generation {ours['generation_s']:.1f} s")
+            print(f"  ours (lockstep, path: {ours['path']}): wall {ours['wall_s']:.1f} s, generation {ours['generation_s']:.1f} s")
             if "reference" in result:
                 ref = result["reference"]
                 same = sum(ours["episodes"][k] == ref["episodes"][k] for k in ours["episodes"])

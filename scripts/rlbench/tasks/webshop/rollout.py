@@ -9,6 +9,11 @@ or, for the hub source's human goals, one HubWebShopEnv per episode over the ori
 
 An episode ends at Buy Now (its reward), after max_steps steps (reward 0), or when its prompt no
 longer fits the model's context (reward 0, `end: "context"`).
+
+The prompt is rebuilt at every step (the page's actions, then a sliding window of the last steps)
+and a turn is one short action, so the evaluation plays with the generator for rebuilt prompts
+(`episode_generator`: generation.row_cache, each prompt from its longest cached prefix with no
+padding, prompt-lookup drafts), not the lockstep batch decode of growing prompts.
 """
 
 from __future__ import annotations
@@ -17,10 +22,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rlbench.generation.row_cache import for_rebuilt_prompts
 from rlbench.tasks.parts import PhasedGenerator
 from rlbench.tasks.webshop import public
 
 PRODUCTS_FILE = "products.jsonl"
+
+
+def episode_generator(generator):
+    """The generator WebShop's episodes are played with, given the evaluation's text generator:
+    generation.row_cache's for prompts rebuilt at every step over the same model (the hf
+    backend), vLLM's and the reference loop as they are."""
+    return for_rebuilt_prompts(generator)
 
 
 def play_episodes(
@@ -159,7 +172,7 @@ class WebShopRollout:
     def run(self, rows: list[dict], ctx) -> dict:
         environment = self.settings.get("environment") or {}
         max_live = environment.get("max_live") or ctx.evaluation["batch_size"]
-        generator = ctx.text_generator()
+        generator = episode_generator(ctx.text_generator())
         timings: dict = {}
 
         ctx.phase("environment")
@@ -176,9 +189,9 @@ class WebShopRollout:
         return {"episodes": episodes, "timings": timings, "generator": getattr(generator, "stats", None)}
 
     def code_files(self) -> list[Path]:
-        from rlbench.generation import full_prompt, kv_buffer, prefix_cache, textgen, textgen_base, vllm_text
+        from rlbench.generation import full_prompt, kv_buffer, prefix_cache, row_cache, textgen, textgen_base, vllm_text
 
-        generation = (textgen, textgen_base, full_prompt, prefix_cache, kv_buffer, vllm_text)
+        generation = (textgen, textgen_base, full_prompt, prefix_cache, kv_buffer, row_cache, vllm_text)
         return [Path(public.__file__), *(Path(module.__file__) for module in generation)]
 
 
