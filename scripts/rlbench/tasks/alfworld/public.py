@@ -51,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import OrderedDict, deque
 from pathlib import Path
 
 MAX_STEPS = 50
@@ -199,32 +200,51 @@ def ensure_alfworld_data_dir() -> None:
 
 
 _SPED_UP = False
+#: translations of (domain, problem) kept per process (least recently used dropped beyond this)
+TRANSLATION_CACHE_SIZE = 512
+
+
+def _memoise(function, size: int | None = None):
+    """`function` answering repeated calls (same hashable arguments) from a cache; an unhashable
+    argument bypasses it. size: at most that many answers, least recently used dropped."""
+    cache: OrderedDict = OrderedDict()
+
+    def memoised(*args, **kwargs):
+        key = (args, tuple(sorted(kwargs.items())))
+        try:
+            value = cache[key]
+        except KeyError:
+            value = cache[key] = function(*args, **kwargs)
+            if size is not None and len(cache) > size:
+                cache.popitem(last=False)
+            return value
+        except TypeError:  # an unhashable argument: no caching
+            return function(*args, **kwargs)
+        cache.move_to_end(key)
+        return value
+
+    return memoised
 
 
 def speed_up_textworld() -> None:
-    """Memoise textworld's grammar-template parser (about 70 % of a step's time goes to re-parsing
-    the same templates). Idempotent; outcomes are identical (tested). Call before creating envs."""
+    """Memoise two pure functions of the engine that it recomputes over and over:
+    - textworld's grammar-template parser (about 70 % of a step's time re-parses the same templates);
+    - Fast Downward's PDDL -> SAS translation of a game (about 80 % of a reset: every reset builds
+      the game's planning state twice, each translating the problem twice, and every episode of
+      the same game translates the same text again).
+    Idempotent; outcomes are identical (tested). Call before creating envs."""
     global _SPED_UP
     if _SPED_UP:
         return
+    import fast_downward
     import textworld.envs.pddl.textgen as textgen
     import textworld.logic as logic
 
     for module in (logic, textgen):
-        original = module._parse_and_convert
-        cache: dict = {}
-
-        def memoised(*args, _original=original, _cache=cache, **kwargs):
-            key = (args, tuple(sorted(kwargs.items())))
-            try:
-                return _cache[key]
-            except KeyError:
-                value = _cache[key] = _original(*args, **kwargs)
-                return value
-            except TypeError:  # an unhashable argument: no caching
-                return _original(*args, **kwargs)
-
-        module._parse_and_convert = memoised
+        module._parse_and_convert = _memoise(module._parse_and_convert)
+    # The translation's result (the parsed task, read only afterwards, and the SAS text) depends
+    # on the domain and problem texts alone; textworld's PddlState looks it up on the module.
+    fast_downward.pddl2sas = _memoise(fast_downward.pddl2sas, TRANSLATION_CACHE_SIZE)
     _SPED_UP = True
 
 
@@ -328,50 +348,153 @@ def play(game_file: str | Path, policy, max_steps: int = MAX_STEPS) -> dict:
 
 
 # -- a pool of environment processes -----------------------------------------------------------
+#: built games a worker keeps after their episodes end, to reset them again (least recently used
+#: closed beyond this)
+IDLE_ENVS = 256
+
+
+class _Worker:
+    """One worker's games: live episodes by key, and finished episodes' built envs parked per
+    (game file, max_steps) for the next reset of that game (a reset rebuilds the whole game state
+    from the game file: a parked env starts exactly like a new one; tested)."""
+
+    def __init__(self, idle_limit: int = IDLE_ENVS):
+        self.live: dict = {}
+        self.idle: OrderedDict = OrderedDict()
+        self.idle_limit = idle_limit
+        self.reused = 0
+
+    def _park(self, env) -> None:
+        slot = (str(env.game_file), env.max_steps)
+        self.idle.setdefault(slot, []).append(env)
+        self.idle.move_to_end(slot)
+        while sum(len(envs) for envs in self.idle.values()) > self.idle_limit:
+            oldest, envs = next(iter(self.idle.items()))
+            envs.pop(0).close()
+            if not envs:
+                del self.idle[oldest]
+
+    def reset(self, key: str, game_file: str, max_steps: int):
+        if key in self.live:
+            self._park(self.live.pop(key))
+        slot = (str(Path(game_file).resolve()), max_steps)
+        parked = self.idle.get(slot)
+        if parked:
+            env = parked.pop()
+            if not parked:
+                del self.idle[slot]
+            self.reused += 1
+        else:
+            env = GameEnv(game_file, max_steps=max_steps)
+        self.live[key] = env
+        return env, env.reset()
+
+    def close(self, key: str) -> None:
+        env = self.live.pop(key, None)
+        if env is not None:
+            self._park(env)
+
+    def close_all(self) -> None:
+        for env in [*self.live.values(), *(env for envs in self.idle.values() for env in envs)]:
+            env.close()
+        self.live, self.idle = {}, OrderedDict()
+
+
+def _next_request(queue: deque) -> dict:
+    """The request to serve next: steps and closes go before earlier resets (a reset builds a
+    game, a step is quick) unless an earlier request names one of their keys; else the oldest."""
+    earlier: set = set()
+    for index, request in enumerate(queue):
+        try:
+            keys = {json.dumps(item[0]) for item in request.get("items", [])} | {json.dumps(k) for k in request.get("keys", [])}
+        except (TypeError, IndexError, KeyError, AttributeError):  # malformed: answered in its turn
+            break
+        if request.get("op") != "reset" and not keys & earlier:
+            del queue[index]
+            return request
+        earlier |= keys
+    return queue.popleft()
+
+
 def serve(stdin=None, stdout=None) -> None:
-    """An environment worker: JSON lines in, JSON lines out. Requests:
+    """An environment worker: JSON lines in, JSON lines out. Requests (an optional "id" is echoed
+    back in the answer):
     {"op": "reset", "items": [[key, game_file, max_steps], ...]} -> {"results": [[key, observation, info, task_type], ...], "seconds": s}
     {"op": "step", "items": [[key, action], ...]} -> {"results": [[key, observation, won, done, info], ...], "seconds": s}
     {"op": "close", "keys": [...]} -> {"results": []}
-    An error answers {"error": "..."} and the worker carries on."""
+    Requests are answered one at a time; a step or close is served before resets received earlier
+    unless one of those names its keys. A finished game's env is kept and reset again when the
+    same game (and max_steps) is reset next. An error answers {"error": "..."} and the worker
+    carries on."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     # The engine prints progress; only protocol lines may reach stdout.
     real_stdout, sys.stdout = stdout, sys.stderr
-    envs: dict = {}
+    games = _Worker()
     speed_up_textworld()
-    for line in stdin:
-        if not line.strip():
-            continue
-        started = time.perf_counter()
-        try:
-            request = json.loads(line)
-            op = request["op"]
-            results = []
-            if op == "reset":
-                for key, game_file, max_steps in request["items"]:
-                    key = json.dumps(key)
-                    if key in envs:
-                        envs.pop(key).close()
-                    env = envs[key] = GameEnv(game_file, max_steps=max_steps)
-                    observation, info = env.reset()
-                    results.append([json.loads(key), observation, _plain(info), env.task_type])
-            elif op == "step":
-                for key, action in request["items"]:
-                    observation, won, done, info = envs[json.dumps(key)].step(action)
-                    results.append([key, observation, won, done, _plain(info)])
-            elif op == "close":
-                for key in request.get("keys", []):
-                    env = envs.pop(json.dumps(key), None)
-                    if env is not None:
-                        env.close()
-            else:
-                raise ValueError(f"unknown op {op!r}")
-            answer = {"results": results, "seconds": time.perf_counter() - started}
-        except Exception as error:  # noqa: BLE001 - reported to the caller, the worker lives on
-            answer = {"error": f"{type(error).__name__}: {error}"}
-        real_stdout.write(json.dumps(answer) + "\n")
-        real_stdout.flush()
+    queue: deque = deque()
+    arrived = threading.Condition()
+    ended = []
+
+    def read() -> None:
+        for line in stdin:
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+            except ValueError as error:
+                request = {"op": "invalid", "error": str(error)}
+            with arrived:
+                queue.append(request)
+                arrived.notify()
+        with arrived:
+            ended.append(True)
+            arrived.notify()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        while True:
+            with arrived:
+                while not queue and not ended:
+                    arrived.wait()
+                if not queue:
+                    return
+                request = _next_request(queue)
+            real_stdout.write(json.dumps(_answer(games, request)) + "\n")
+            real_stdout.flush()
+    finally:
+        games.close_all()
+
+
+def _answer(games: _Worker, request: dict) -> dict:
+    started = time.perf_counter()
+    try:
+        op = request["op"]
+        results = []
+        if op == "reset":
+            for key, game_file, max_steps in request["items"]:
+                env, (observation, info) = games.reset(json.dumps(key), game_file, max_steps)
+                results.append([key, observation, _plain(info), env.task_type])
+        elif op == "step":
+            for key, action in request["items"]:
+                env = games.live.get(json.dumps(key))
+                if env is None:
+                    raise KeyError(f"no live episode {key!r} (reset it first)")
+                observation, won, done, info = env.step(action)
+                results.append([key, observation, won, done, _plain(info)])
+        elif op == "close":
+            for key in request.get("keys", []):
+                games.close(json.dumps(key))
+        elif op == "invalid":
+            raise ValueError(f"unreadable request: {request['error']}")
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        answer = {"results": results, "seconds": time.perf_counter() - started, "reused": games.reused}
+    except Exception as error:  # noqa: BLE001 - reported to the caller, the worker lives on
+        answer = {"error": f"{type(error).__name__}: {error}"}
+    if "id" in request:
+        answer["id"] = request["id"]
+    return answer
 
 
 def _plain(info: dict) -> dict:
@@ -381,8 +504,14 @@ def _plain(info: dict) -> dict:
 
 class EnvPool:
     """Games played in `workers` processes, each running this file's `serve`. Keys (any JSON
-    value) name episodes; a key keeps its worker until it is reset again. Requests to different
-    workers run in parallel; `env_seconds` adds up the workers' own busy time."""
+    value) name episodes. A game is always played by the same worker (the first one it went to),
+    which keeps its built env between episodes and resets it again. Requests to different workers
+    run in parallel; `env_seconds` adds up the workers' own busy time.
+
+    reset() and step() wait for their answers. Without waiting: send_reset() / send_step() submit
+    (each reset on its own, so that its answer comes back as soon as that game is built; a worker
+    serves steps before resets it received earlier), and receive() collects whatever answers have
+    arrived: key -> (observation, info) after a reset, (observation, won, done, info) after a step."""
 
     def __init__(self, workers: int = 1, python: str | None = None, env: dict | None = None):
         self.workers = max(1, int(workers))
@@ -396,9 +525,19 @@ class EnvPool:
                     text=True, env=child_env, bufsize=1,
                 )
             )
-        self._owner: dict = {}
-        self._next = 0
+        self._owner: dict = {}  # key token -> worker of its current episode
+        self._home: dict = {}  # game file -> worker (where its built env is kept)
+        self._homed = [0] * self.workers
+        self._lock = threading.Condition()
+        self._sent = 0
+        self._requests: dict = {}  # request id -> (worker, op, key tokens)
+        self._answers: dict = {}  # key token -> answer (a result tuple, or an error text)
+        self._dead: dict = {}  # worker -> why
         self.env_seconds = 0.0
+        self.reused = [0] * self.workers  # resets served by a kept env, per worker
+        self._readers = [threading.Thread(target=self._read, args=(i,), daemon=True) for i in range(self.workers)]
+        for reader in self._readers:
+            reader.start()
 
     def __enter__(self):
         return self
@@ -406,65 +545,128 @@ class EnvPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _worker_for(self, key) -> int:
-        token = json.dumps(key)
-        if token not in self._owner:
-            self._owner[token] = self._next % self.workers
-            self._next += 1
-        return self._owner[token]
+    @property
+    def alive(self) -> bool:
+        return bool(self._procs) and not self._dead and all(proc.poll() is None for proc in self._procs)
 
-    def _ask(self, requests: dict[int, dict]) -> list:
-        answers: dict[int, dict] = {}
+    # -- the workers' answers --------------------------------------------------------------------
+    def _read(self, index: int) -> None:
+        for line in self._procs[index].stdout:
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                answer = {"error": f"unreadable answer {line[:200]!r}"}
+            with self._lock:
+                _worker, op, tokens = self._requests.pop(answer.get("id"), (index, None, []))
+                if "error" in answer:
+                    for token in tokens:
+                        self._answers[token] = f"environment worker {index}: {answer['error']}"
+                else:
+                    self.env_seconds += answer.get("seconds", 0.0)
+                    self.reused[index] = answer.get("reused", self.reused[index])
+                    for item in answer["results"]:
+                        token = json.dumps(item[0])
+                        self._answers[token] = (item[1], item[2]) if op == "reset" else tuple(item[1:5])
+                self._lock.notify_all()
+        with self._lock:
+            self._dead[index] = f"environment worker {index} died"
+            for worker, _op, tokens in self._requests.values():
+                for token in tokens:
+                    if worker == index:
+                        self._answers.setdefault(token, self._dead[index])
+            self._lock.notify_all()
 
-        def exchange(index: int, request: dict) -> None:
-            proc = self._procs[index]
-            proc.stdin.write(json.dumps(request) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-            answers[index] = json.loads(line) if line else {"error": f"environment worker {index} died"}
+    def _send(self, worker: int, request: dict, tokens: list) -> None:
+        if worker in self._dead:
+            raise RuntimeError(self._dead[worker])
+        with self._lock:
+            self._sent += 1
+            request = {**request, "id": self._sent}
+            self._requests[self._sent] = (worker, request["op"], tokens)
+            for token in tokens:
+                self._answers.pop(token, None)
+        proc = self._procs[worker]
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
 
-        threads = [threading.Thread(target=exchange, args=item) for item in requests.items()]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        results = []
-        for index in sorted(answers):
-            answer = answers[index]
-            if "error" in answer:
-                raise RuntimeError(f"environment worker {index}: {answer['error']}")
-            self.env_seconds += answer.get("seconds", 0.0)
-            results.extend(answer["results"])
-        return results
+    def _waited_for(self) -> set:
+        return {token for _worker, op, tokens in self._requests.values() if op != "close" for token in tokens}
+
+    def receive(self, keys=None, wait: bool = True) -> dict:
+        """Answers that have arrived, key -> result (each handed out once). keys: wait for (and
+        return only) those; None: everything arrived so far, waiting (if `wait`) for at least one
+        answer when none is there yet and some is still to come. A failed request raises."""
+        tokens = None if keys is None else {json.dumps(key) for key in keys}
+        with self._lock:
+            if tokens is not None:
+                while wait and not tokens <= set(self._answers):
+                    self._lock.wait()
+                chosen = [token for token in tokens if token in self._answers]
+            else:
+                while wait and not self._answers and self._waited_for():
+                    self._lock.wait()
+                chosen = list(self._answers)
+            out = {token: self._answers.pop(token) for token in chosen}
+        for token, answer in out.items():
+            if isinstance(answer, str):
+                raise RuntimeError(answer)
+        return {_key(json.loads(token)): answer for token, answer in out.items()}
+
+    def pending(self) -> int:
+        """Resets and steps sent whose answers have not been received yet."""
+        with self._lock:
+            return len(self._waited_for()) + len(self._answers)
+
+    # -- requests --------------------------------------------------------------------------------
+    def _home_of(self, game: str) -> int:
+        if game not in self._home:
+            worker = min(range(self.workers), key=lambda i: (self._homed[i], i))
+            self._home[game] = worker
+            self._homed[worker] += 1
+        return self._home[game]
+
+    def send_reset(self, games: dict, max_steps: int = MAX_STEPS) -> None:
+        """key -> game file: start (or restart) those episodes, without waiting."""
+        for key, game in games.items():
+            token = json.dumps(key)
+            game = str(Path(game).resolve())
+            previous = self._owner.get(token)
+            worker = self._home_of(game)
+            if previous is not None and previous != worker:
+                self._send(previous, {"op": "close", "keys": [key]}, [])
+            self._owner[token] = worker
+            self._send(worker, {"op": "reset", "items": [[key, game, max_steps]]}, [token])
+
+    def send_step(self, actions: dict) -> None:
+        """key -> action: one step of each of those episodes, without waiting."""
+        requests: dict[int, list] = {}
+        for key, action in actions.items():
+            worker = self._owner.get(json.dumps(key))
+            if worker is None:
+                raise KeyError(f"no episode {key!r} in this pool (reset it first)")
+            requests.setdefault(worker, []).append([key, action])
+        for worker, items in requests.items():
+            self._send(worker, {"op": "step", "items": items}, [json.dumps(item[0]) for item in items])
 
     def reset(self, games: dict, max_steps: int = MAX_STEPS) -> dict:
         """key -> game file: start (or restart) those episodes; key -> (observation, info)."""
-        requests: dict[int, dict] = {}
-        for key, game in games.items():
-            self._owner.pop(json.dumps(key), None)
-            worker = self._worker_for(key)
-            requests.setdefault(worker, {"op": "reset", "items": []})["items"].append([key, str(game), max_steps])
-        out = {}
-        for key, observation, info, _task_type in self._ask(requests):
-            out[_key(key)] = (observation, info)
-        return out
+        self.send_reset(games, max_steps=max_steps)
+        return self.receive(list(games))
 
     def step(self, actions: dict) -> dict:
         """key -> action: one step of each of those episodes; key -> (observation, won, done, info)."""
-        requests: dict[int, dict] = {}
-        for key, action in actions.items():
-            worker = self._worker_for(key)
-            requests.setdefault(worker, {"op": "step", "items": []})["items"].append([key, action])
-        return {_key(key): (obs, won, done, info) for key, obs, won, done, info in self._ask(requests)}
+        self.send_step(actions)
+        return self.receive(list(actions))
 
     def release(self, keys) -> None:
-        requests: dict[int, dict] = {}
+        """Those episodes ended (their games stay built in their workers)."""
+        requests: dict[int, list] = {}
         for key in keys:
-            token = json.dumps(key)
-            if token in self._owner:
-                requests.setdefault(self._owner.pop(token), {"op": "close", "keys": []})["keys"].append(key)
-        if requests:
-            self._ask(requests)
+            worker = self._owner.pop(json.dumps(key), None)
+            if worker is not None:
+                requests.setdefault(worker, []).append(key)
+        for worker, batch in requests.items():
+            self._send(worker, {"op": "close", "keys": batch}, [])
 
     def close(self) -> None:
         for proc in self._procs:
@@ -476,6 +678,8 @@ class EnvPool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for reader in self._readers:
+            reader.join(timeout=5)
         self._procs = []
 
 
