@@ -177,3 +177,57 @@ def test_load_text_generator_names(model_dir):
     assert isinstance(load_text_generator("reference", model_dir, device="cpu"), FullPromptGenerator)
     with pytest.raises(ValueError):
         load_text_generator("nope", model_dir)
+
+
+def test_shared_prefix_attention_equals_attention_over_the_whole_cache():
+    """kv_buffer's shared-prefix attention (each group's prefix read once, one softmax over prefix
+    and own columns) gives what attention over each row's prefix + own columns gives."""
+    import torch
+
+    from rlbench.generation.kv_buffer import SharedPrefix, _attend_with_prefix
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim, q, own = 4, 2, 8, 3, 7
+    prefixes = [torch.randn(2, kv_heads, 11, dim), None, torch.randn(2, kv_heads, 5, dim)]
+    spans = [(0, 2), (2, 3), (3, 6)]  # rows 0-1 share prefix 0, row 2 has none, rows 3-5 prefix 2
+    batch = 6
+    query = torch.randn(batch, heads, q, dim)
+    key, value = torch.randn(batch, kv_heads, own, dim), torch.randn(batch, kv_heads, own, dim)
+    mask = torch.rand(batch, 1, q, own) > 0.4
+    mask[..., -1] = True  # every query sees at least one own column
+    got = _attend_with_prefix(
+        query, key, value, mask, dim**-0.5,
+        SharedPrefix(spans, [[None if p is None else (p[0], p[1]) for p in prefixes]]), 0,
+    )
+    for (first, end), prefix in zip(spans, prefixes):
+        for row in range(first, end):
+            k, v, m = key[row], value[row], mask[row]
+            if prefix is not None:
+                k, v = torch.cat([prefix[0], k], dim=1), torch.cat([prefix[1], v], dim=1)
+                m = torch.cat([torch.ones(1, q, prefix.shape[2], dtype=torch.bool), m], dim=-1)
+            expected = torch.nn.functional.scaled_dot_product_attention(
+                query[row : row + 1], k[None], v[None], attn_mask=m[None], enable_gqa=True
+            ).transpose(1, 2)[0]
+            assert torch.allclose(got[row], expected, atol=1e-6), row
+
+
+def test_shared_prefix_stays_out_of_the_batch_buffer(model_dir, reference):
+    """Rows whose prompts share a few-shot prefix attend to one copy of it: the batch buffer of a
+    call holds each row's own tokens only (its capacity is below the shared prefix's length)."""
+    ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16)
+    capacities = []
+    allocate = ours._alloc
+
+    def recording(batch, capacity):
+        capacities.append((batch, capacity))
+        return allocate(batch, capacity)
+
+    ours._alloc = recording
+    prompts = {e: _start(e) for e in range(6)}
+    prefix = min(len(ours.hf.encode(p)) for p in PREFIXES)
+    for step in range(2):
+        expected = reference.generate(prompts, 6, ["\n"])
+        assert ours.generate(prompts, 6, ["\n"]) == expected, f"step {step}"
+        prompts = {key: prompt + history_entry(clean_action(expected[key]), "Nothing happens.") for key, prompt in prompts.items()}
+    batch_calls = [capacity for batch, capacity in capacities if batch == 6]
+    assert len(batch_calls) == 2 and all(capacity < prefix for capacity in batch_calls), (capacities, prefix)

@@ -1,8 +1,12 @@
 """The batch KV buffer of CachedBatchGenerator on transformers: a cache layer over a preallocated
-buffer (written in place), the cache made of such layers, and the masked grouped-query SDPA
-attention the model is switched to (explicit 4D boolean masks without repeating K/V per head)."""
+buffer (written in place), the cache made of such layers, and the masked grouped-query attention
+the model is switched to (explicit 4D boolean masks without repeating K/V per head), which can
+also attend to prefixes shared by groups of rows (SharedPrefix), read once per group."""
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 
 class BufferLayer:
@@ -46,12 +50,40 @@ class BufferLayer:
 _ATTENTION = "rlbench_masked_gqa_sdpa"
 
 
+class SharedPrefix:
+    """Prefixes shared by groups of consecutive batch rows, kept out of the batch buffer: `spans`
+    [(first row, end row), ...] cover the batch in order; `kv[layer][i]` is the (keys, values) of
+    span i's prefix, shaped [kv_heads, prefix length, head_dim], or None (no shared prefix). Each
+    row attends to its span's prefix, then to its own buffer columns (its mask's), in one softmax."""
+
+    def __init__(self, spans: list, kv: list):
+        self.spans, self.kv = spans, kv
+
+
+_PREFIX: contextvars.ContextVar = contextvars.ContextVar("rlbench_shared_prefix", default=None)
+
+
+@contextlib.contextmanager
+def attending_to(prefix: SharedPrefix | None):
+    """Forwards run inside attend to `prefix` besides the cache (None: the cache alone)."""
+    token = _PREFIX.set(prefix)
+    try:
+        yield
+    finally:
+        _PREFIX.reset(token)
+
+
 def _masked_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """SDPA with an explicit (4D boolean) mask and grouped-query attention done by the kernel:
     transformers' own SDPA path repeats K/V per query head whenever a mask is given, copying the
-    whole cache three times per layer and decoded token (SmolLM2); this reads it in place."""
+    whole cache three times per layer and decoded token (SmolLM2); this reads it in place. Inside
+    attending_to(prefix), each row also attends to its group's shared prefix (_attend_with_prefix)."""
     import torch
 
+    prefix = _PREFIX.get()
+    if prefix is not None:
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return _attend_with_prefix(query, key, value, attention_mask, scale, prefix, module.layer_idx), None
     output = torch.nn.functional.scaled_dot_product_attention(
         query,
         key,
@@ -63,6 +95,38 @@ def _masked_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, sca
         enable_gqa=query.shape[1] != key.shape[1],
     )
     return output.transpose(1, 2).contiguous(), None
+
+
+def _attend_with_prefix(query, key, value, mask, scale: float, prefix: SharedPrefix, layer: int):
+    """Attention of query [B, H, q, d] over each row's group prefix and its own cache key/value
+    [B, kv_heads, L, d] (mask [B, 1, q, L], True = attend): the prefix's scores are computed for
+    the whole group in one product (the prefix read once, not once per row), joined to the row's
+    own scores, one softmax over both, the two weighted sums added. Returns [B, q, H, d]."""
+    import torch
+
+    batch, heads, q, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    rep = heads // kv_heads  # query heads per KV head (kv head i serves heads i*rep .. i*rep+rep-1)
+    grouped = query.reshape(batch, kv_heads, rep * q, dim)
+    scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # [B, kv_heads, rep*q, L]
+    allowed = mask[:, :, None].expand(batch, 1, rep, q, length).reshape(batch, 1, rep * q, length)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.empty(batch, kv_heads, rep * q, dim, dtype=query.dtype, device=query.device)
+    for (first, end), shared in zip(prefix.spans, prefix.kv[layer]):
+        own = scores[first:end]
+        if shared is None:
+            out[first:end] = torch.matmul(torch.softmax(own, dim=-1), value[first:end])
+            continue
+        keys, values = shared
+        n, size = end - first, keys.shape[1]
+        rows = grouped[first:end].transpose(0, 1).reshape(kv_heads, n * rep * q, dim)
+        joint = torch.matmul(rows, keys.transpose(-1, -2)) * scale  # [kv_heads, n*rep*q, P]
+        joint = joint.reshape(kv_heads, n, rep * q, size).transpose(0, 1)
+        weights = torch.softmax(torch.cat([joint, own], dim=-1), dim=-1)
+        on_prefix = weights[..., :size].transpose(0, 1).reshape(kv_heads, n * rep * q, size)
+        from_prefix = torch.matmul(on_prefix, values).reshape(kv_heads, n, rep * q, dim).transpose(0, 1)
+        out[first:end] = from_prefix + torch.matmul(weights[..., size:], value[first:end])
+    return out.reshape(batch, heads, q, dim).transpose(1, 2).contiguous()
 
 
 def use_masked_gqa_sdpa(model) -> None:

@@ -4,7 +4,8 @@ radix tree of shared prompt prefixes (_Node) and each episode's cached tokens (_
 All prompts of a call go in one batched greedy decode (one forward per decoded token for all live
 rows); the KV cache of each episode is kept between calls and reused up to the longest common
 *token* prefix of the new full-prompt tokenization, and prompt prefixes shared by several episodes
-(the few-shot examples) are computed and stored once, in a radix tree.
+(the few-shot examples) are computed and stored once, in a radix tree, and attended to once per
+group of rows sharing them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 from rlbench.generation.backends import cut_at_stop
-from rlbench.generation.kv_buffer import BufferLayer, make_cache, use_masked_gqa_sdpa
+from rlbench.generation.kv_buffer import BufferLayer, SharedPrefix, attending_to, make_cache, use_masked_gqa_sdpa
 from rlbench.generation.textgen_base import HFModel, TextGenerator, contains_stop, new_stats
 
 
@@ -93,17 +94,20 @@ class CachedBatchGenerator(TextGenerator):
     Per key, the longest common token prefix of the new full-prompt tokenization and the tokens
     cached for that key is reused (generated tokens included); prefixes shared by several keys
     (>= `min_shared` tokens) live once in a radix tree of KV segments, which new keys are seeded
-    from. A call assembles a batch cache in one preallocated buffer per layer: each row's cached
-    tokens (left-padded), then a window in which every row's uncached suffix is prefilled
-    (right-aligned, pads masked), then the decoded tokens; a per-row 4D mask and explicit position
-    ids make every row see exactly its own tokens at their unpadded positions. Decoding is one
-    forward per token for all live rows; once `retire_fraction` of them have finished, those rows'
-    caches are copied out and the buffer is compacted to the others. At the end each row's private
-    part is copied out (pad slots dropped) and the buffers are freed.
+    from. A call groups the rows by the shared (tree) prefix they reuse, neighbours in the batch,
+    and assembles a batch cache of the rest in one preallocated buffer per layer: each row's
+    private cached tokens (left-padded), then a window in which every row's uncached suffix is
+    prefilled (right-aligned, pads masked), then the decoded tokens; a per-row 4D mask and
+    explicit position ids make every row see exactly its own tokens at their unpadded positions.
+    Each group's prefix stays out of the buffer: attention reads it once per group and joins it
+    to each row's own columns in one softmax (kv_buffer.SharedPrefix). Decoding is one forward per
+    token for all live rows; once `retire_fraction` of them have finished, those rows' caches are
+    copied out and the buffer is compacted to the others. At the end each row's private part is
+    copied out (pad slots dropped) and the buffers are freed.
 
     Memory: at rest, the tree (each shared prefix once) plus each key's private tokens; during a
-    call, the batch buffer (rows x (longest cached + suffix window + max_new_tokens) tokens, the
-    shared prefix repeated per row there, as batched SDPA needs it).
+    call, the batch buffer (rows x (longest private cached part + suffix window + max_new_tokens)
+    tokens) and one copy of each group's prefix.
 
     stats["prompt_tokens_computed"] counts every prompt token run through the model, the shared
     prefixes' (tree) computation included; "prompt_tokens_reused" those taken from a cache.
@@ -268,9 +272,10 @@ class CachedBatchGenerator(TextGenerator):
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                 for _ in range(self.n_layers)]
 
-    def _forward(self, layers, length: int, input_ids, valid, position_ids, keep: bool = True):
+    def _forward(self, layers, length: int, input_ids, valid, position_ids, keep: bool = True, prefix=None):
         """One forward of `input_ids` [B, q] written at buffer columns [length, length + q); `valid`
-        [B, length + q] says which columns each row may attend to (besides causality)."""
+        [B, length + q] says which columns each row may attend to (besides causality); `prefix`
+        (a kv_buffer.SharedPrefix) the shared prefixes the rows attend to before their columns."""
         torch = self.torch
         q = input_ids.shape[1]
         total = length + q
@@ -280,14 +285,15 @@ class CachedBatchGenerator(TextGenerator):
         # A padding query sees at least itself (no all-masked row, no NaN anywhere in the buffer).
         allowed |= cols[None, None, None, :] == rows[None, None, :, None]
         cache = make_cache([BufferLayer(k, v, length) for k, v in layers])
-        out = self.hf.model(
-            input_ids=input_ids,
-            attention_mask=allowed,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        with attending_to(prefix):
+            out = self.hf.model(
+                input_ids=input_ids,
+                attention_mask=allowed,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self.stats["forward_calls"] += 1
         return out.logits[:, -1, :] if keep else None
 
@@ -305,22 +311,26 @@ class CachedBatchGenerator(TextGenerator):
     def _run(self, ids: dict, max_new_tokens: int, stop) -> dict:
         torch, hf, stats = self.torch, self.hf, self.stats
         device = hf.device
-        keys = list(ids)
         plans = []
-        for key in keys:
+        for key in ids:
             entry, reused = self._plan_row(key, ids[key])
-            plans.append((key, entry, reused))
+            shared = min(entry.base, reused)  # the part of the reused tokens that is in the tree
+            plans.append((key, entry, reused, shared, (id(_anchor(entry.node, shared)), shared) if shared else None))
+        # Rows sharing a prefix are neighbours: the prefix is attended to once per group.
+        order = {group: i for i, group in enumerate(dict.fromkeys(plan[4] for plan in plans))}
+        plans.sort(key=lambda plan: order[plan[4]])
+        keys = [plan[0] for plan in plans]
         batch = len(keys)
-        cached_max = max(reused for _k, _e, reused in plans)
-        window = max(len(ids[k]) - reused for k, _e, reused in plans)
+        cached_max = max(reused - shared for _k, _e, reused, shared, _g in plans)
+        window = max(len(ids[k]) - reused for k, _e, reused, _s, _g in plans)
         capacity = cached_max + window + max(max_new_tokens - 1, 0)
         layers = self._alloc(batch, capacity)
         valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         input_ids = torch.full((batch, window), hf.pad_id, dtype=torch.long, device=device)
         position_ids = torch.zeros(batch, window, dtype=torch.long, device=device)
-        for row, (key, entry, reused) in enumerate(plans):
+        for row, (key, entry, reused, shared, _group) in enumerate(plans):
             tokens = ids[key]
-            offset = cached_max - reused  # left padding of the cached part
+            offset = cached_max - (reused - shared)  # left padding of the row's private cached part
             self._copy_cached(layers, row, offset, entry, reused)
             valid[row, offset:cached_max] = True
             suffix = tokens[reused:]
@@ -333,25 +343,40 @@ class CachedBatchGenerator(TextGenerator):
             entry.own_kv = None  # the buffer holds it now; the copy out rebuilds it
             stats["prompt_tokens_reused"] += reused
             stats["prompt_tokens_computed"] += len(suffix)
+        prefixes = {plan[4]: self._prefix_kv(plan[1], plan[3]) for plan in plans if plan[4] is not None}
+        groups = [plan[4] for plan in plans]  # of each plan index
+
+        def shared_prefix(rows: list):
+            """The SharedPrefix of the buffer rows (plan indices `rows`, in buffer order)."""
+            spans, kv = [], [[] for _ in range(self.n_layers)]
+            for first, index in enumerate(rows):
+                if first and groups[index] == groups[rows[first - 1]]:
+                    spans[-1][1] = first + 1
+                    continue
+                spans.append([first, first + 1])
+                for layer in range(self.n_layers):
+                    kv[layer].append(prefixes[groups[index]][layer] if groups[index] is not None else None)
+            return SharedPrefix([tuple(span) for span in spans], kv)
 
         length = cached_max
-        logits = self._forward(layers, length, input_ids, valid[:, : length + window], position_ids)
+        active = list(range(batch))  # plan index of each buffer row
+        prefix = shared_prefix(active)
+        logits = self._forward(layers, length, input_ids, valid[:, : length + window], position_ids, prefix=prefix)
         length += window
         generated = [[] for _ in range(batch)]
         finished = [False] * batch
         next_pos = torch.tensor([len(ids[k]) for k in keys], dtype=torch.long, device=device)
-        active = list(range(batch))  # plan index of each buffer row
         results = {}
 
         def finish(index: int, buffer_row: int) -> None:
-            key, entry, reused = plans[index]
+            key, entry, reused, shared, _group = plans[index]
             gen = generated[index]
             stats["generated_tokens"] += len(gen)
             results[key] = cut_at_stop(hf.decode(gen), stop)
             fed = gen[: len(gen) - 1]  # the last generated token was never fed (no KV)
             tokens = ids[key] + tuple(fed)
             self.entries[key] = self._copy_out(
-                layers, buffer_row, cached_max, window, len(ids[key]) - reused, entry, reused, tokens
+                layers, buffer_row, cached_max, window, len(ids[key]) - reused, entry, reused, shared, tokens
             )
             entry.node.last_used = self._clock
 
@@ -383,47 +408,46 @@ class CachedBatchGenerator(TextGenerator):
                 valid, next_pos = valid.index_select(0, select), next_pos.index_select(0, select)
                 chosen = [chosen[row] for row in keep]
                 active = [active[row] for row in keep]
+                prefix = shared_prefix(active)
             feed = torch.tensor(
                 [[chosen[row] if not finished[index] else hf.pad_id] for row, index in enumerate(active)],
                 device=device,
             )
             valid[:, length] = True
-            logits = self._forward(layers, length, feed, valid[:, : length + 1], next_pos[:, None])
+            logits = self._forward(layers, length, feed, valid[:, : length + 1], next_pos[:, None], prefix=prefix)
             next_pos += 1
             length += 1
         for row, index in enumerate(active):
             finish(index, row)
-        return {key: results[key] for key in keys}
+        return {key: results[key] for key in ids}
+
+    def _prefix_kv(self, entry: _Entry, shared: int) -> list:
+        """Per layer, the (keys, values) [kv_heads, shared, head_dim] of the first `shared` tokens
+        of `entry`'s tree chain (a group's shared prefix, attended to outside the batch buffer)."""
+        pieces = [(nd, min(nd.end, shared) - nd.start) for nd in entry.node.chain() if nd.start < shared]
+        out = []
+        for layer in range(self.n_layers):
+            keys = [nd.kv[layer][0][0, :, :n] for nd, n in pieces]
+            values = [nd.kv[layer][1][0, :, :n] for nd, n in pieces]
+            out.append((self.torch.cat(keys, dim=1), self.torch.cat(values, dim=1)))
+        return out
 
     def _copy_cached(self, layers, row: int, offset: int, entry: _Entry, reused: int) -> None:
-        """Write the first `reused` cached tokens of `entry` into buffer row `row` from `offset`."""
-        if reused == 0:
-            return
-        col = offset
-        for nd in entry.node.chain():
-            if nd.start >= reused:
-                break
-            n = min(nd.end, reused) - nd.start
-            for (kb, vb), (k, v) in zip(layers, nd.kv):
-                kb[row, :, col : col + n] = k[0, :, :n]
-                vb[row, :, col : col + n] = v[0, :, :n]
-            col += n
+        """Write the row's private cached tokens (those of the first `reused` beyond its shared
+        base, which stays in the tree) into buffer row `row` from `offset`."""
         rest = reused - min(entry.base, reused)
         if rest > 0:
             for (kb, vb), (k, v) in zip(layers, entry.own_kv):
-                kb[row, :, col : col + rest] = k[0, :, :rest]
-                vb[row, :, col : col + rest] = v[0, :, :rest]
-            col += rest
-        assert col == offset + reused
+                kb[row, :, offset : offset + rest] = k[0, :, :rest]
+                vb[row, :, offset : offset + rest] = v[0, :, :rest]
 
-    def _copy_out(self, layers, row, cached_max, window, suffix_len, entry: _Entry, reused, tokens) -> _Entry:
+    def _copy_out(self, layers, row, cached_max, window, suffix_len, entry: _Entry, reused, shared, tokens) -> _Entry:
         """The row's new private cache: everything after its shared base, pad slots dropped."""
         torch = self.torch
-        base = min(entry.base, reused)
-        offset = cached_max - reused  # the row's cached part: columns [offset, cached_max)
+        offset = cached_max - (reused - shared)  # the row's private cached part: [offset, cached_max)
         pieces = []
-        if reused > base:
-            pieces.append((offset + base, cached_max))
+        if reused > shared:
+            pieces.append((offset, cached_max))
         pieces.append((cached_max + window - suffix_len, cached_max + window))  # right-aligned suffix
         n_fed = len(tokens) - reused - suffix_len  # generated tokens fed back, after the window
         if n_fed:
@@ -434,7 +458,7 @@ class CachedBatchGenerator(TextGenerator):
                 torch.cat([kb[row : row + 1, :, a:b] for a, b in pieces], dim=2).clone(),
                 torch.cat([vb[row : row + 1, :, a:b] for a, b in pieces], dim=2).clone(),
             ))
-        return _Entry(_anchor(entry.node, base), base, tokens[base:], own_kv)
+        return _Entry(_anchor(entry.node, shared), shared, tokens[shared:], own_kv)
 
     def _prune(self) -> None:
         """Drop tree leaves no entry uses, least recently used first, beyond the idle budget."""
