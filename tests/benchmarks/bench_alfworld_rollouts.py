@@ -1,21 +1,30 @@
 """Benchmark: ALFWorld ReAct rollouts, ours vs the reference's loop, on the same games and model.
 
     .venv/bin/python tests/benchmarks/bench_alfworld_rollouts.py [--model tiny|smollm2-135m-instruct]
-        [--model-dir DIR] [--games-dir DIR] [--episodes 50] [--max-steps 50] [--max-new-tokens 100]
-        [--workers 2] [--threads N] [--skip-reference] [--json OUT.json]
+        [--model-dir DIR] [--later-model-dir DIR] [--games-dir DIR] [--episodes 50] [--max-steps 50]
+        [--max-new-tokens 100] [--workers 2] [--threads N] [--skip-reference] [--skip-later] [--json OUT.json]
 
-Plays the same held-out-style episodes twice:
-- ours: every live episode advanced in lockstep, one batched generation call per step
-  (rlbench.generation.prefix_cache.CachedBatchGenerator: the shared few-shot prefix computed once, each
-  episode's history kept as KV cache between steps), the games stepping in an EnvPool of
-  --workers processes (rlbench.tasks.alfworld.rollout.play_episodes, lockstep=True);
+Plays the same held-out-style episodes with two checkpoints, as the grader's evaluation worker
+does for successive submissions:
+- first evaluation: the model, a fresh environment pool (every game built for the first time);
+- later evaluation: ANOTHER checkpoint (the same model definition with other weights: --model's
+  registry entry with seed + 1, or --later-model-dir) played with the environment pool kept warm
+  from the first (rlbench.tasks.alfworld.rollout.shared_pool: each game in the worker that built
+  it, reset again) -- the grader's steady state.
+Each evaluation is played twice:
+- ours: every live episode advanced in lockstep, one batched generation call per step for the
+  episodes whose observation is ready (rlbench.generation.prefix_cache.CachedBatchGenerator: the
+  shared few-shot prefix computed once and attended to once per prefix group, each episode's
+  history kept as KV cache between steps), the games reset and stepped in the pool's --workers
+  processes while the batch decodes (rlbench.tasks.alfworld.rollout.play_episodes, lockstep=True);
 - the reference's loop: one episode at a time, the whole prompt computed at every step
   (FullPromptGenerator: transformers generate, batch 1), one game environment in process.
 
 Both are greedy float32 on CPU, so every episode must come out identical (won, steps, end, actions);
 differing episodes are listed (a flipped greedy token from padding/caching numerics would show
-here). Prints each side's wall time split into generation / environment / reset, and the ratios:
-generation speed-up, total speed-up, and ours' total against its environment time alone.
+here). Prints, per evaluation, each side's wall time split into generation / environment / reset
+(ours: time spent waiting for them; environment work done while the batch decodes is in none), and
+the ratios: generation speed-up, total speed-up, and ours' total against its environment waits.
 
 Model: --model names a registry entry under config/models/ (prepared with rlbench.models.materialise.
 prepare_model into a temporary folder; smollm2-135m-instruct builds offline in about a minute), or
@@ -25,8 +34,8 @@ generated into a temporary folder (rlbench.tasks.alfworld.generate, heldout spli
 valid_unseen task-type mix scaled to --episodes).
 
 The reference side is slow with a real model (every step recomputes a ~1.5k-token prompt); on a
-small CPU use e.g. --model smollm2-135m-instruct --episodes 6 --max-steps 5. Machines are shared
-and noisy: compare ratios, not seconds.
+small CPU use e.g. --model smollm2-135m-instruct --episodes 6 --max-steps 5 --skip-later. Machines
+are shared and noisy: compare ratios (each measured within one run), not seconds.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.generation.full_prompt import FullPromptGenerator  # noqa: E402
 from rlbench.generation.prefix_cache import CachedBatchGenerator  # noqa: E402
 from rlbench.tasks.alfworld import public  # noqa: E402
-from rlbench.tasks.alfworld.rollout import play_episodes  # noqa: E402
+from rlbench.tasks.alfworld.rollout import close_shared_pools, play_episodes, shared_pool  # noqa: E402
 
 
 class InProcessPool:
@@ -88,15 +97,22 @@ class InProcessPool:
         self.release(list(self.envs))
 
 
-def _model_dir(args, tmp: Path) -> Path:
+def _model_dirs(args, tmp: Path) -> tuple[Path, Path | None]:
+    """The first evaluation's model and the later one's (another checkpoint, None: no later one)."""
+    later = Path(args.later_model_dir) if args.later_model_dir else None
     if args.model_dir:
-        return Path(args.model_dir)
+        return Path(args.model_dir), later
     spec = yaml.safe_load((ROOT / "config" / "models" / f"{args.model}.yaml").read_text())
     out = tmp / "model"
     began = time.perf_counter()
     prepare_model(spec, out)
+    if later is None and not args.skip_later:
+        if "seed" not in spec:
+            sys.exit(f"--model {args.model} has no seed to vary: give the later checkpoint with --later-model-dir")
+        later = tmp / "later-model"
+        prepare_model({**spec, "seed": int(spec["seed"]) + 1}, later)
     print(f"model {args.model} prepared in {time.perf_counter() - began:.1f} s", flush=True)
-    return out
+    return out, later
 
 
 def _games(args, tmp: Path) -> dict:
@@ -171,18 +187,65 @@ def _report(name: str, side: dict) -> None:
         f"  {'':<10} prompt tokens {s['prompt_tokens']}, computed {s['prompt_tokens_computed']}, reused "
         f"{s['prompt_tokens_reused']}, generated {s['generated_tokens']}, forward calls {s['forward_calls']}"
     )
+    if "env_worker_s" in t:
+        print(f"  {'':<10} environment workers busy {t['env_worker_s']:.1f} s, games reset from a kept env {t['games_reused']}")
+
+
+def _evaluate(label: str, model_dir: Path, games: dict, args, skip_reference: bool) -> dict:
+    """One evaluation of one checkpoint: ours on the shared pool (as the grader), then the reference."""
+    generator = CachedBatchGenerator(model_dir, device="cpu")
+    pool = shared_pool(args.workers)
+    busy, reused = pool.env_seconds, sum(pool.reused)
+    ours = _play(f"{label}, ours", games, generator, pool, args, lockstep=True)
+    ours["timings"]["env_worker_s"] = pool.env_seconds - busy
+    ours["timings"]["games_reused"] = sum(pool.reused) - reused
+    ours["cache_after"] = generator.cached_tokens()
+    del generator
+    reference = None
+    if not skip_reference:
+        reference_generator = FullPromptGenerator(model_dir, device="cpu")
+        in_process = InProcessPool()
+        try:
+            reference = _play(f"{label}, reference", games, reference_generator, in_process, args, lockstep=False)
+        finally:
+            in_process.close()
+    return {"ours": ours, "reference": reference}
+
+
+def _summarise(label: str, evaluation: dict, n_games: int) -> list:
+    ours, reference = evaluation["ours"], evaluation["reference"]
+    print(f"\n{label}: wall time (s)")
+    _report("ours", ours)
+    differing = []
+    if reference is not None:
+        _report("reference", reference)
+        o, r = ours["timings"], reference["timings"]
+        print(f"{label}: ratios (reference / ours)")
+        print(f"  generation speed-up      {r['generation_s'] / max(o['generation_s'], 1e-9):6.1f}x")
+        print(f"  total speed-up           {r['wall_s'] / max(o['wall_s'], 1e-9):6.1f}x")
+        print(f"  environment speed-up     {(r['env_s'] + r['reset_s']) / max(o['env_s'] + o['reset_s'], 1e-9):6.1f}x")
+        differing = _compare(ours["episodes"], reference["episodes"])
+        same = n_games - len(differing)
+        print(f"{label}: identical outcomes: {'yes' if not differing else 'NO'} ({same} / {n_games} episodes: won, steps, end, every action)")
+        for item in differing:
+            print(f"  DIFFERS {item['id']}: {', '.join(item['fields'])} (first differing action: step {item['first_differing_step']})")
+    o = ours["timings"]
+    print(f"{label}: ours' total / its environment waits (env + reset) {o['wall_s'] / max(o['env_s'] + o['reset_s'], 1e-9):6.2f}x")
+    return differing
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", help="registry entry under config/models/ (tiny, smollm2-135m-instruct)")
     parser.add_argument("--model-dir", default=None, help="an already prepared model directory (skips --model)")
+    parser.add_argument("--later-model-dir", default=None, help="the later evaluation's checkpoint (default: --model with seed + 1)")
     parser.add_argument("--games-dir", default=None, help="reuse games there (generated there when empty)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--max-steps", type=int, default=public.MAX_STEPS)
     parser.add_argument("--max-new-tokens", type=int, default=public.MAX_NEW_TOKENS)
     parser.add_argument("--workers", type=int, default=2, help="environment processes for our side")
     parser.add_argument("--skip-reference", action="store_true", help="only time our side")
+    parser.add_argument("--skip-later", action="store_true", help="only the first evaluation")
     parser.add_argument("--json", default=None, help="write every figure and episode here")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for both sides (default: torch's)")
     args = parser.parse_args()
@@ -191,50 +254,27 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
 
+    evaluations = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model_dir = _model_dir(args, tmp)
+        model_dir, later_dir = _model_dirs(args, tmp)
         games = _games(args, tmp)
         print(f"{len(games)} episodes, at most {args.max_steps} steps, {args.max_new_tokens} new tokens per step", flush=True)
+        try:
+            evaluations["first evaluation"] = _evaluate("first evaluation", model_dir, games, args, args.skip_reference)
+            if later_dir is not None and not args.skip_later:
+                evaluations["later evaluation (another checkpoint, warm pool)"] = _evaluate(
+                    "later evaluation", later_dir, games, args, args.skip_reference
+                )
+        finally:
+            close_shared_pools()
 
-        ours_generator = CachedBatchGenerator(model_dir, device="cpu")
-        with public.EnvPool(workers=args.workers) as pool:
-            ours = _play("ours", games, ours_generator, pool, args, lockstep=True)
-            ours["timings"]["env_worker_s"] = pool.env_seconds
-        ours["cache_after"] = ours_generator.cached_tokens()
-        del ours_generator
-
-        reference = None
-        if not args.skip_reference:
-            reference_generator = FullPromptGenerator(model_dir, device="cpu")
-            pool = InProcessPool()
-            try:
-                reference = _play("reference", games, reference_generator, pool, args, lockstep=False)
-            finally:
-                pool.close()
-
-    print("\nwall time (s)")
-    _report("ours", ours)
-    differing = []
-    if reference is not None:
-        _report("reference", reference)
-        o, r = ours["timings"], reference["timings"]
-        print("\nratios (reference / ours)")
-        print(f"  generation speed-up      {r['generation_s'] / max(o['generation_s'], 1e-9):6.1f}x")
-        print(f"  total speed-up           {r['wall_s'] / max(o['wall_s'], 1e-9):6.1f}x")
-        print(f"  environment speed-up     {(r['env_s'] + r['reset_s']) / max(o['env_s'] + o['reset_s'], 1e-9):6.1f}x")
-        differing = _compare(ours["episodes"], reference["episodes"])
-        same = len(games) - len(differing)
-        print(f"\nidentical outcomes: {'yes' if not differing else 'NO'} ({same} / {len(games)} episodes: won, steps, end, every action)")
-        for item in differing:
-            print(f"  DIFFERS {item['id']}: {', '.join(item['fields'])} (first differing action: step {item['first_differing_step']})")
-    o = ours["timings"]
-    print(f"ours: total / environment alone (env + reset) {o['wall_s'] / max(o['env_s'] + o['reset_s'], 1e-9):6.2f}x")
+    differing = {label: _summarise(label, evaluation, len(games)) for label, evaluation in evaluations.items()}
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"args": vars(args), "ours": ours, "reference": reference, "differing": differing}, indent=1, default=str)
+            json.dumps({"args": vars(args), "evaluations": evaluations, "differing": differing}, indent=1, default=str)
         )
-    if differing:
+    if any(differing.values()):
         sys.exit(1)
 
 
