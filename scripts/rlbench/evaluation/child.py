@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rlbench.config import evaluation_settings
 from rlbench.evaluation.evaluate import serve_request
+from rlbench.evaluation.memory import keep_freed_memory
 from rlbench.evaluation.request import EvaluationError, read_outcome, write_request
 from rlbench.paths import SCRIPTS_DIR
 from rlbench.proc.lifeline import die_with_parent
@@ -61,5 +62,6 @@ def run_in_child(
 def child_main(request_path: str, result_path: str, error_path: str, parent_pid: str) -> None:
     """The child: arm the lifeline first, then evaluate; on failure record the phase it failed in."""
     die_with_parent(int(parent_pid))
+    keep_freed_memory()  # generation's buffers reused from step to step (rlbench.evaluation.memory)
     if not serve_request(request_path, result_path, error_path):
         sys.exit(1)

@@ -17,9 +17,10 @@ that dies while idle is noticed (its replies reach EOF) and replaced before a su
 a submission handed to a worker in the instant it dies, before the worker has accepted it (its
 first reply to a request, written before anything is done with it), goes to a fresh worker
 instead, once: it costs no submission.
-Between evaluations a worker frees the model (garbage collection, CUDA's cached blocks, malloc
-arenas); a worker that evaluated on a GPU and then sat idle for `worker_idle_s` seconds is
-replaced by a fresh one, so that the agent's own training gets back the CUDA context too.
+While it evaluates, a worker keeps the memory generation frees for its next steps; between
+evaluations it frees the model (garbage collection, CUDA's cached blocks, malloc's free pages:
+rlbench.evaluation.memory). A worker that evaluated on a GPU and then sat idle for `worker_idle_s`
+seconds is replaced by a fresh one, so that the agent's own training gets back the CUDA context too.
 Workers die with the grader (rlbench.proc.lifeline; each is started from its own long-lived thread,
 the thread the kernel ties the lifeline to).
 
@@ -29,7 +30,6 @@ process per evaluation) and `worker_idle_s`.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import json
 import os
@@ -48,6 +48,7 @@ from pathlib import Path
 
 from rlbench.config import evaluation_settings
 from rlbench.evaluation.child import run_in_child
+from rlbench.evaluation.memory import keep_freed_memory, release_memory
 from rlbench.evaluation.request import EvaluationError, GraderFault, read_outcome, write_request
 from rlbench.paths import SCRIPTS_DIR
 from rlbench.fileio.jsonio import read_json
@@ -72,6 +73,7 @@ def worker_main(parent_pid: str) -> None:
     replies as JSON lines on the stdout it was started with; everything the evaluations print
     goes to each request's eval.log (between requests: to the worker's own log, its stderr)."""
     die_with_parent(int(parent_pid))
+    keep_freed_memory()  # before anything allocates: every evaluation's buffers are reused (evaluation.memory)
     from rlbench.evaluation.evaluate import serve_request
 
     replies = os.fdopen(os.dup(1), "w", buffering=1)
@@ -101,7 +103,7 @@ def worker_main(parent_pid: str) -> None:
             os.dup2(idle_out, 1)
             os.dup2(idle_out, 2)
         reusable = ok and _reusable(Path(message["result"]))
-        _release_memory()
+        release_memory()
         replies.write(json.dumps({"id": message["id"], "ok": ok, "reusable": reusable}) + "\n")
         if not reusable:
             return
@@ -139,24 +141,6 @@ def _reusable(result_path: Path) -> bool:
         return read_json(result_path).get("backend") != "vllm"
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _release_memory() -> None:
-    """What the last evaluation held, given back: its objects, CUDA's cached blocks, malloc's arenas."""
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            if torch.cuda.is_initialized():
-                torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 - best effort
-            pass
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 # -- the grader's side -----------------------------------------------------------------------
