@@ -54,7 +54,7 @@ class SharedPrefix:
     """Prefixes shared by groups of consecutive batch rows, kept out of the batch buffer: `spans`
     [(first row, end row), ...] cover the batch in order; `kv[layer][i]` is the (keys, values) of
     span i's prefix, shaped [kv_heads, prefix length, head_dim], or None (no shared prefix). Each
-    row attends to its span's prefix, then to its own buffer columns (its mask's), in one softmax."""
+    row attends to its span's prefix and to its own buffer columns (its mask's), as one softmax."""
 
     def __init__(self, spans: list, kv: list):
         self.spans, self.kv = spans, kv
@@ -97,35 +97,52 @@ def _masked_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, sca
     return output.transpose(1, 2).contiguous(), None
 
 
+def _attention_with_lse(query, key, value, bias, scale: float):
+    """Softmax attention of query [N, h, m, d] over key/value [N, h, L, d] with an additive bias
+    [N, 1, m, L] (-inf: masked) or None: (output [N, h, m, d], log-sum-exp of the scores [N, h, m]).
+    On CPU, the fused flash kernel SDPA itself runs (it also returns the log-sum-exp)."""
+    import torch
+
+    if query.device.type == "cpu" and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, 0.0, False, attn_mask=bias, scale=scale
+        )
+        return output, lse
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]), value), lse
+
+
 def _attend_with_prefix(query, key, value, mask, scale: float, prefix: SharedPrefix, layer: int):
     """Attention of query [B, H, q, d] over each row's group prefix and its own cache key/value
-    [B, kv_heads, L, d] (mask [B, 1, q, L], True = attend): the prefix's scores are computed for
-    the whole group in one product (the prefix read once, not once per row), joined to the row's
-    own scores, one softmax over both, the two weighted sums added. Returns [B, q, H, d]."""
+    [B, kv_heads, L, d] (mask [B, 1, q, L], True = attend): each row attends to its own columns;
+    each group's queries attend to the group's prefix together (the prefix read once, not once
+    per row); the two are merged by their log-sum-exps (one softmax over both). The query heads
+    served by one KV head attend as that head's queries (no K/V repeated). Returns [B, q, H, d]."""
     import torch
 
     batch, heads, q, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     rep = heads // kv_heads  # query heads per KV head (kv head i serves heads i*rep .. i*rep+rep-1)
     grouped = query.reshape(batch, kv_heads, rep * q, dim)
-    scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # [B, kv_heads, rep*q, L]
     allowed = mask[:, :, None].expand(batch, 1, rep, q, length).reshape(batch, 1, rep * q, length)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.empty(batch, kv_heads, rep * q, dim, dtype=query.dtype, device=query.device)
+    bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device).masked_fill_(~allowed, float("-inf"))
+    out, own_lse = _attention_with_lse(grouped, key, value, bias, scale)  # [B, kv_heads, rep*q, d]
     for (first, end), shared in zip(prefix.spans, prefix.kv[layer]):
-        own = scores[first:end]
         if shared is None:
-            out[first:end] = torch.matmul(torch.softmax(own, dim=-1), value[first:end])
             continue
         keys, values = shared
-        n, size = end - first, keys.shape[1]
-        rows = grouped[first:end].transpose(0, 1).reshape(kv_heads, n * rep * q, dim)
-        joint = torch.matmul(rows, keys.transpose(-1, -2)) * scale  # [kv_heads, n*rep*q, P]
-        joint = joint.reshape(kv_heads, n, rep * q, size).transpose(0, 1)
-        weights = torch.softmax(torch.cat([joint, own], dim=-1), dim=-1)
-        on_prefix = weights[..., :size].transpose(0, 1).reshape(kv_heads, n * rep * q, size)
-        from_prefix = torch.matmul(on_prefix, values).reshape(kv_heads, n, rep * q, dim).transpose(0, 1)
-        out[first:end] = from_prefix + torch.matmul(weights[..., size:], value[first:end])
+        n = end - first
+        rows = grouped[first:end].transpose(0, 1).reshape(1, kv_heads, n * rep * q, dim)
+        from_prefix, prefix_lse = _attention_with_lse(rows, keys[None], values[None], None, scale)
+        from_prefix = from_prefix[0].reshape(kv_heads, n, rep * q, dim).transpose(0, 1)
+        prefix_lse = prefix_lse[0].reshape(kv_heads, n, rep * q).transpose(0, 1)
+        lse = torch.logaddexp(prefix_lse, own_lse[first:end])
+        out[first:end] = (
+            from_prefix * torch.exp(prefix_lse - lse)[..., None] + out[first:end] * torch.exp(own_lse[first:end] - lse)[..., None]
+        )
     return out.reshape(batch, heads, q, dim).transpose(1, 2).contiguous()
 
 
