@@ -351,6 +351,10 @@ def play(game_file: str | Path, policy, max_steps: int = MAX_STEPS) -> dict:
 #: built games a worker keeps after their episodes end, to reset them again (least recently used
 #: closed beyond this)
 IDLE_ENVS = 256
+#: EnvPool's workers run this much nicer than their parent: games are built while the batch
+#: decodes, and on few cores the decoding threads must not wait behind them (a thread pool whose
+#: threads are preempted stalls at every operation)
+WORKER_NICENESS = 10
 
 
 class _Worker:
@@ -506,21 +510,22 @@ class EnvPool:
     """Games played in `workers` processes, each running this file's `serve`. Keys (any JSON
     value) name episodes. A game is always played by the same worker (the first one it went to),
     which keeps its built env between episodes and resets it again. Requests to different workers
-    run in parallel; `env_seconds` adds up the workers' own busy time.
+    run in parallel, the workers `nice` more than this process; `env_seconds` adds up the workers'
+    own busy time.
 
     reset() and step() wait for their answers. Without waiting: send_reset() / send_step() submit
     (each reset on its own, so that its answer comes back as soon as that game is built; a worker
     serves steps before resets it received earlier), and receive() collects whatever answers have
     arrived: key -> (observation, info) after a reset, (observation, won, done, info) after a step."""
 
-    def __init__(self, workers: int = 1, python: str | None = None, env: dict | None = None):
+    def __init__(self, workers: int = 1, python: str | None = None, env: dict | None = None, nice: int = WORKER_NICENESS):
         self.workers = max(1, int(workers))
         self._procs = []
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         for _ in range(self.workers):
             self._procs.append(
                 subprocess.Popen(
-                    [python or sys.executable, str(Path(__file__).resolve()), "serve"],
+                    [python or sys.executable, str(Path(__file__).resolve()), "serve", f"--nice={int(nice)}"],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                     text=True, env=child_env, bufsize=1,
                 )
@@ -689,7 +694,9 @@ def _key(key):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["serve"]:
+    if sys.argv[1:2] == ["serve"] and all(arg.startswith("--nice=") for arg in sys.argv[2:]):
+        for arg in sys.argv[2:]:
+            os.nice(int(arg.split("=", 1)[1]))
         serve()
     else:
-        sys.exit(f"usage: python {Path(__file__).name} serve   (an environment worker speaking JSON lines)")
+        sys.exit(f"usage: python {Path(__file__).name} serve [--nice=N]   (an environment worker speaking JSON lines, N: niceness added)")
