@@ -358,7 +358,7 @@ def test_the_pool_reports_a_failing_request_and_carries_on(splits, tmp_path):
 class _SlowResets:
     """A non-blocking pool of scripted games (won on the action "win" at the game's step count)
     whose resets arrive one per receive() call, steps at once: the loop must start generating
-    for the episodes whose observation has arrived while the others are still being built."""
+    for episodes whose observation has arrived while the others are still being built."""
 
     workers = 2
 
@@ -405,8 +405,9 @@ def test_episodes_start_as_their_games_are_built(splits, monkeypatch):
     wins_at = {key: i % 3 for i, key in enumerate(games)}
     policy = _ScriptedPolicy(wins_at)
     overlapped = play_episodes(games, policy, _SlowResets(wins_at), max_live=4)
-    assert policy.calls[0] == [list(games)[0]]  # generation began with the first game built
-    assert max(len(call) for call in policy.calls) > 1  # later calls took every ready episode
+    # Generation began once half of the live episodes (2 of 4) had their game built, not all.
+    assert 2 <= len(policy.calls[0]) < 4 and set(policy.calls[0]) < set(list(games)[:4])
+    assert max(len(call) for call in policy.calls) > 2  # later calls took every ready episode
     alone = play_episodes(games, _ScriptedPolicy(wins_at), _SlowResets(wins_at), lockstep=False)
     assert overlapped == alone
     assert all(episode["won"] and episode["steps"] == wins_at[key] + 1 for key, episode in overlapped.items())

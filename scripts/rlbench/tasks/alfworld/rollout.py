@@ -149,8 +149,11 @@ def play_episodes(
                 take(envs.receive(list(stepping)))
                 timings["env_s"] += time.perf_counter() - began
                 continue
-            ready = {key: states[key]["prompt"] for key in started[:width] if key in states}
-            if ready or not started:
+            live = started[:width]
+            ready = {key: states[key]["prompt"] for key in live if key in states}
+            # A call decodes as long as its slowest row: while games are still being built, it
+            # waits until half of the live episodes can join (not a call for every few that arrive).
+            if not started or (ready and 2 * len(ready) >= len(live)):
                 break
             began = time.perf_counter()
             take(envs.receive(wait=True))
