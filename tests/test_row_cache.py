@@ -11,10 +11,10 @@ from rlbench.generation.prefix_cache import CachedBatchGenerator
 from rlbench.generation.row_cache import (
     RowCachedGenerator,
     TurnLengthSwitch,
-    common_prefix,
     for_rebuilt_prompts,
     lookup_draft,
 )
+from rlbench.generation.textgen_base import common_prefix
 from rlbench.models.materialise import prepare_model
 
 HEAD = (

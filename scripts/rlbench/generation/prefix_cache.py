@@ -15,24 +15,7 @@ from pathlib import Path
 
 from rlbench.generation.backends import cut_at_stop
 from rlbench.generation.kv_buffer import BufferLayer, SharedPrefix, attending_to, make_cache, use_masked_gqa_sdpa
-from rlbench.generation.textgen_base import HFModel, TextGenerator, contains_stop, new_stats
-
-
-def _lcp(a, b) -> int:
-    """Length of the longest common prefix of two token sequences (lists/tuples of ints)."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    if a[:n] == b[:n]:  # C-speed fast path (the usual case: a prompt extends the cached tokens)
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+from rlbench.generation.textgen_base import HFModel, TextGenerator, common_prefix, contains_stop, new_stats
 
 
 class _Node:
@@ -158,7 +141,7 @@ class CachedBatchGenerator(TextGenerator):
         results: dict = {}
         ids: dict = {}
         for key, prompt in prompts.items():
-            tokens = tuple(hf.encode(prompt))  # tuples throughout: _lcp compares slices
+            tokens = tuple(hf.encode(prompt))  # tuples throughout: common_prefix compares slices
             stats["prompts"] += 1
             stats["prompt_tokens"] += len(tokens)
             if not hf.fits(len(tokens), max_new_tokens) or not tokens:
@@ -195,7 +178,7 @@ class CachedBatchGenerator(TextGenerator):
             child = node.children.get(tokens[pos])
             if child is None:
                 break
-            n = _lcp(child.tokens, tokens[pos : pos + len(child.tokens)])
+            n = common_prefix(child.tokens, tokens[pos : pos + len(child.tokens)])
             node, pos = child, pos + n
             if n < len(child.tokens):
                 break
@@ -256,7 +239,7 @@ class CachedBatchGenerator(TextGenerator):
             i = position[key]
             seq = sequences[i][0]
             best = max(
-                (_lcp(seq, sequences[j][0]) for j in (i - 1, i + 1) if 0 <= j < len(sequences)), default=0
+                (common_prefix(seq, sequences[j][0]) for j in (i - 1, i + 1) if 0 <= j < len(sequences)), default=0
             )
             best = min(best, len(seq) - 1)
             if best >= self.min_shared:
@@ -303,7 +286,7 @@ class CachedBatchGenerator(TextGenerator):
         node, matched = self._match(tokens)
         tree_len = min(matched, limit)
         entry = self.entries.get(key)
-        own_len = min(_lcp(entry.tokens(), tokens), limit) if entry is not None else -1
+        own_len = min(common_prefix(entry.tokens(), tokens), limit) if entry is not None else -1
         if own_len > tree_len:
             return entry, own_len
         return _Entry(_anchor(node, tree_len), tree_len), tree_len

@@ -28,26 +28,11 @@ import time
 from pathlib import Path
 
 from rlbench.generation.backends import cut_at_stop
-from rlbench.generation.textgen_base import HFModel, TextGenerator, contains_stop, new_stats
+from rlbench.generation.textgen_base import HFModel, TextGenerator, common_prefix, contains_stop, new_stats
 
 #: draft tokens proposed per forward, and the longest n-gram looked up
 DRAFT_TOKENS = 10
 DRAFT_NGRAM = 3
-
-
-def common_prefix(a: tuple, b: tuple) -> int:
-    """Length of the longest common prefix of two token tuples."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # C-speed fast path
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def lookup_draft(tokens: tuple, limit: int, max_ngram: int = DRAFT_NGRAM) -> list[int]:

@@ -64,6 +64,21 @@ class TextGenerator(ABC):
         self.stats = new_stats()
 
 
+def common_prefix(a: tuple, b: tuple) -> int:
+    """Length of the longest common prefix of two token sequences (tuples: slices are compared)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # C-speed fast path
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def contains_stop(text: str, stop: list[str] | None) -> bool:
     return bool(stop) and any(s and s in text for s in stop)
 
