@@ -112,7 +112,7 @@ def reconstruct(run_dir: Path) -> dict:
         "transcript": transcript,
         "submissions": submissions,
         "code_revisions": revisions,
-        "resources": summarize_trace(run_dir / "resources.jsonl"),
+        "resources": summarize_trace(run_dir / "resources.jsonl", run.get("gpus")),
         "final": None if final is None else {k: final.get(k) for k in ("score", "baseline_score", "delta")},
         "missing": missing,
     }
