@@ -357,16 +357,17 @@ def test_the_pool_reports_a_failing_request_and_carries_on(splits, tmp_path):
 
 class _SlowResets:
     """A non-blocking pool of scripted games (won on the action "win" at the game's step count)
-    whose resets arrive one per receive() call, steps at once: the loop must start generating
-    for episodes whose observation has arrived while the others are still being built."""
+    whose resets arrive one per receive() call, steps at once: the loop sends the next games'
+    resets ahead and plays every live episode once its observation has arrived."""
 
     workers = 2
 
     def __init__(self, wins_at: dict):
-        self.wins_at, self.steps, self.resets, self.answers = wins_at, {}, [], {}
+        self.wins_at, self.steps, self.resets, self.answers, self.sent = wins_at, {}, [], {}, []
 
     def send_reset(self, games, max_steps):
         self.resets.extend(games)
+        self.sent.extend(games)
 
     def send_step(self, actions):
         for key, action in actions.items():
@@ -390,24 +391,28 @@ class _ScriptedPolicy:
     """Says "win" at each game's winning step (counted from its prompt), "wait" before; records
     the keys of every call."""
 
-    def __init__(self, wins_at: dict):
-        self.wins_at, self.calls = wins_at, []
+    def __init__(self, wins_at: dict, pool=None):
+        self.wins_at, self.calls, self.pool, self.resets_sent = wins_at, [], pool, []
 
     def generate(self, prompts, max_new_tokens, stop):
         self.calls.append(sorted(prompts))
+        self.resets_sent.append(len(self.pool.sent) if self.pool is not None else None)
         return {key: " win\n" if prompt.count(">") - 1 >= self.wins_at[key] else " wait\n" for key, prompt in prompts.items()}
 
 
-def test_episodes_start_as_their_games_are_built(splits, monkeypatch):
+def test_games_reset_ahead_while_the_live_episodes_play_with_the_same_outcomes(splits, monkeypatch):
     monkeypatch.setattr(public, "episode_start", lambda task_type, observation: observation + "\n>")
     rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))[:6]
     games = {row["id"]: splits["eval"] / row["game"] for row in rows}
     wins_at = {key: i % 3 for i, key in enumerate(games)}
-    policy = _ScriptedPolicy(wins_at)
-    overlapped = play_episodes(games, policy, _SlowResets(wins_at), max_live=4)
-    # Generation began once half of the live episodes (2 of 4) had their game built, not all.
-    assert 2 <= len(policy.calls[0]) < 4 and set(policy.calls[0]) < set(list(games)[:4])
-    assert max(len(call) for call in policy.calls) > 2  # later calls took every ready episode
+    pool = _SlowResets(wins_at)
+    policy = _ScriptedPolicy(wins_at, pool)
+    overlapped = play_episodes(games, policy, pool, max_live=4)
+    assert policy.resets_sent[0] == 6  # 4 live games and one per worker ahead, before the first call
+    # Generation began once the 4 live episodes had their games built; the next games' resets
+    # (one per worker) were sent ahead of it.
+    assert policy.calls[0] == sorted(list(games)[:4])
+    assert all(len(call) <= 4 for call in policy.calls) and max(len(call) for call in policy.calls[1:]) >= 2
     alone = play_episodes(games, _ScriptedPolicy(wins_at), _SlowResets(wins_at), lockstep=False)
     assert overlapped == alone
     assert all(episode["won"] and episode["steps"] == wins_at[key] + 1 for key, episode in overlapped.items())
