@@ -40,6 +40,7 @@ summary, records = summarize(
     mode=read_json(Path(snakemake.input.manifest)).get("mode"),
     integrity=read_json(Path(snakemake.input.integrity)),
     ledger=ledger,
+    resources=artifacts.get("resources"),
 )
 if ledger is not None:
     # One row of the tables per task of the run, next to the single-task runs: its own task label, the run's

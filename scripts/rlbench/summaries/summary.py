@@ -9,7 +9,7 @@ from pathlib import Path
 from rlbench.evaluation.evaluate import DELTA_FAMILY
 from rlbench.fileio.jsonio import read_json, read_jsonl
 from rlbench.recording.ledger import SCORED, is_scored
-from rlbench.recording.trace import gpu_hours, read_trace
+from rlbench.recording.trace import summarize_trace
 from rlbench.summaries.agent_code import code_files
 from rlbench.summaries.artifacts import base_model_dir, model_version_count
 from rlbench.summaries.failures import failure_type, improvement_success, interactive_failure
@@ -31,13 +31,16 @@ def summarize(
     mode: str | None = None,
     integrity: dict | None = None,
     ledger: list[dict] | None = None,
+    resources: dict | None = None,
 ) -> tuple[dict, list[dict]]:
     """summary.json and the summary.jsonl records of one run directory.
 
     baseline: the grader's baseline (score, fingerprint); final: final.json; base_model:
     models/<hf_id> (artifacts.json "base_model"); mode: the agent's operating mode (its registry
     entry, recorded in workspace.json; read from there when not given); ledger: the entries to summarize (a
-    multi-task run's task: its view of the run's ledger, recording.ledger.task_view), else grader/ledger.jsonl.
+    multi-task run's task: its view of the run's ledger, recording.ledger.task_view), else grader/ledger.jsonl;
+    resources: the resource trace's summary (artifacts.json "resources", recording.trace.summarize_trace),
+    read from resources.jsonl when not given.
     summary.json's `mode` and
     `mode_audit` (modes.audit_mode over the recorded code revisions) are ours, beside the
     reference's fields."""
@@ -113,7 +116,9 @@ def summarize(
     summary["decoding"] = final.get("decoding") or baseline.get("decoding")  # the model's (generation.decoding)
     summary["baseline_metrics"] = final.get("baseline_metrics") or baseline.get("metrics")
     summary["grader_noise"] = final.get("grader_noise") or baseline.get("grader_noise")
-    summary.update(run_overview(run_dir, run, meta, submissions, records))
+    if resources is None:
+        resources = summarize_trace(run_dir / "resources.jsonl", run.get("gpus"))
+    summary.update(run_overview(run_dir, run, meta, submissions, records, resources))
     summary["interactive_failure"] = interactive_failure(
         run_dir, run, records, level, baseline.get("score"), summary["failure_type"]
     )
@@ -149,7 +154,9 @@ def integrity_summary(integrity: dict | None) -> dict | None:
     }
 
 
-def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], records: list[dict]) -> dict:
+def run_overview(
+    run_dir: Path, run: dict, meta: dict, submissions: list[dict], records: list[dict], resources: dict | None
+) -> dict:
     """summary.json's run-level overview fields (ours, beside the reference's):
 
     budget_s (run_meta timeout_s), duration_s (run_meta end_time - start_time), best_index (1-based
@@ -158,7 +165,7 @@ def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], 
     zero_score_share (share of submissions scoring 0, failed ones included), exec_success (any
     submission evaluated), cost_usd (the LLM gateway's cost), gpu_hours_busy and gpu_hours_idle
     (GPU-hours of the run's GPUs in which the resource trace saw them busy or idle, summed over its
-    GPUs: recording.trace.gpu_hours; None without a GPU trace, i.e. without nvidia-smi), timeline (per
+    GPUs: `resources` gpu_hours, the trace's summary; None without a GPU trace, i.e. without nvidia-smi), timeline (per
     submission: iteration, since_start_s, score, scored, train_type) and routes_used (the training
     routes of the iterations, in order of first use)."""
     workspace = Path(run_dir) / "workspace"
@@ -168,8 +175,7 @@ def run_overview(run_dir: Path, run: dict, meta: dict, submissions: list[dict], 
     llm = run.get("llm") if isinstance(run.get("llm"), dict) else {}
     tokens = llm.get("tokens") if isinstance(llm.get("tokens"), dict) else {}
     cost = tokens.get("cost_usd")
-    trace = read_trace(Path(run_dir) / "resources.jsonl")
-    hours = gpu_hours(trace[0], run.get("gpus")) if trace is not None else None
+    hours = (resources or {}).get("gpu_hours")
     routes: list[str] = []
     for record in records:
         if record["train_type"] in TRAINING_ROUTES and record["train_type"] not in routes:
