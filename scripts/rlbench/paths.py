@@ -18,3 +18,6 @@ ASSETS_DIR = LIBRARY_DIR / "assets"                # files the library ships (ti
 CONFIG_DIR = REPO_ROOT / "config"                  # config.yaml and the task / model / agent registries
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"    # the JSON schemas: the one source of defaults and allowed values
 REPORT_CAPTIONS_DIR = REPO_ROOT / "workflow" / "report"  # the captions (.rst) of the report's tables and figures
+
+# Inside a run's directory (results/runs/<task>/<model>/<agent>/<seed>/ or a multi-task run's).
+RUN_PAGE = Path("reports") / "run.html"           # the run explorer's page (rlbench.explorer)

@@ -228,6 +228,15 @@ class CodeRepository:
         """One file's content at a revision (`git show rev:path`, without any conversion)."""
         return self._git("cat-file", "blob", f"{rev}:{path}")
 
+    def diff(self, old: str | None, new: str) -> str:
+        """The unified diff from revision `old` to `new` (`old` None: from nothing, every file of `new`
+        added), as git prints it: renames found, binary files named but not shown, no external diff
+        driver and no text conversion."""
+        options = ("--no-color", "--no-ext-diff", "--no-textconv", "--no-commit-id", "-M", "-p")
+        if old is None:
+            return self._git("diff-tree", *options, "--root", "-r", new).decode(errors="replace")
+        return self._git("diff-tree", *options, "-r", old, new).decode(errors="replace")
+
     def export(self, rev: str, dest: Path) -> int:
         """Write the files of a revision under dest (contents as stored: no attribute, filter or
         checkout machinery involved); returns how many. Paths that would leave dest are skipped."""
