@@ -17,7 +17,7 @@ import yaml
 
 from rlbench.analysis.catalogue import FIGURES, ITEMS, TABLES
 from rlbench.fileio.jsonio import read_json, read_jsonl
-from support.needs import unavailable
+from support.browser import BOX, chromium_or_skip, coloured_pixels, dark_pixels
 from support.workflow import (
     GSM8K_GRID,
     SNAKEMAKE,
@@ -193,6 +193,11 @@ def test_analysis_stage_writes_every_table_figure_and_run_report(sweep):
         assert {k: metrics[k] for k in summary["metrics"]} == summary["metrics"]
         assert (run_dir / "reports" / "figures" / "score_trajectory.png").stat().st_size > 1000
         assert len(summary["timeline"]) == summary["submissions"]
+        # The run explorer's page (rule run_page), linked from the index by its path relative to results/report/.
+        page = (run_dir / "reports" / "run.html").read_text()
+        assert '<script type="application/json" id="run-data">' in page
+        link = os.path.relpath(run_dir / "reports" / "run.html", report)
+        assert f'href="{link}"' in index
 
 
 def regenerate(workdir: Path, html: Path) -> subprocess.CompletedProcess:
@@ -216,7 +221,7 @@ def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(changed, tmp_
     proc = snakemake(changed, "-n", "--forcerun", *ANALYSIS_RULES)
     from rlbench.cli import planned_rules
     plan = planned_rules(proc.stdout + proc.stderr)
-    assert plan == {"summarize_run": 2, "aggregate": 1, "report_figures": 1, "all": 1}, plan
+    assert plan == {"summarize_run": 2, "run_page": 2, "aggregate": 1, "report_figures": 1, "all": 1}, plan
 
     proc = regenerate(changed, tmp_path / "report.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -256,36 +261,6 @@ def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(changed, tmp_
     assert planned_jobs(changed) == {}
 
 
-def chromium_or_skip() -> None:
-    from rlbench.analysis.browser import find_chromium
-
-    if find_chromium() is None:
-        unavailable("browser", "Chromium not installed (Debian: apt-get install chromium); the HTML report test needs it")
-
-
-def coloured_pixels(png: Path, box: dict) -> int:
-    """Pixels of a screenshot inside box (CSS px at device scale 1) that are clearly coloured (not grey)."""
-    from PIL import Image
-
-    image = Image.open(png).convert("RGB")
-    left, top = max(0, int(box["left"])), max(0, int(box["top"]))
-    right, bottom = min(image.width, int(box["right"])), min(image.height, int(box["bottom"]))
-    region = image.crop((left, top, right, bottom))
-    data = region.tobytes()
-    return sum(1 for i in range(0, len(data), 3) if max(data[i : i + 3]) - min(data[i : i + 3]) > 60)
-
-
-def dark_pixels(png: Path, box: dict) -> int:
-    """Pixels of a screenshot inside box that are dark (text, rules): something is drawn there."""
-    from PIL import Image
-
-    image = Image.open(png).convert("L")
-    left, top = max(0, int(box["left"])), max(0, int(box["top"]))
-    right, bottom = min(image.width, int(box["right"])), min(image.height, int(box["bottom"]))
-    region = image.crop((left, top, right, bottom))
-    return sum(1 for value in region.tobytes() if value < 128)
-
-
 CLICK_TEXT = """(text => {
   const hits = Array.from(document.querySelectorAll('a')).filter(a => a.innerText.trim() === text);
   if (!hits.length) return false;
@@ -300,7 +275,6 @@ SHOW_ITEM = """(name => {
   eye.click();
   return true;
 })(%r)"""
-BOX = "(e => { const r = e.getBoundingClientRect(); return {left: r.left, top: r.top, right: r.right, bottom: r.bottom}; })(%s)"
 
 
 @pytest.mark.browser
@@ -364,7 +338,8 @@ def test_html_report_opens_in_chromium_and_shows_the_leaderboard_and_a_figure(sw
 @pytest.mark.slow  # 15 s; the default tier's rerun checks keep the evaluation-settings and report cases
 def test_deleted_final_json_reruns_only_its_evaluation(changed):
     (changed / Path(*RUN) / "grpo" / "0" / "final.json").unlink()
-    assert planned_jobs(changed) == {"evaluate_final": 1, "summarize_run": 1, "aggregate": 1, "report_figures": 1, "all": 1}
+    assert planned_jobs(changed) == {
+        "evaluate_final": 1, "summarize_run": 1, "run_page": 1, "aggregate": 1, "report_figures": 1, "all": 1}
     snakemake(changed, "--cores", "2")
     assert (changed / Path(*RUN) / "grpo" / "0" / "final.json").exists()
 
