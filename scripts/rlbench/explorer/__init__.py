@@ -25,7 +25,8 @@ null when unknown:
     final       {score, baseline_score, delta, primary_metric, metrics} or null
     summary     {best, delta, baseline, route, failure_type, metrics (the paper's ten),
                  iterations: summary.json's per-iteration records (short fields)} or null
-    verdicts    {integrity: integrity.json's verdict and reasons or null, mode_audit: summary.json's or null}
+    verdicts    {integrity: integrity.json's verdict and reasons or null, mode_audit: summary.json's or null,
+                 members (a multi-task run only): {task: {integrity, mode_audit}}}
     turns       [{i, t, t_exact, kind ("llm" | "log"), ok, error, label (one line), tools [names],
                   model, tokens_in, tokens_out, latency_s,
                   messages [{role, name?, text}] (what the call added to the conversation),

@@ -263,11 +263,22 @@ def summary_part(run_dir: Path, summary: dict | None) -> dict | None:
 
 
 def verdicts(run_dir: Path, summary: dict | None) -> dict:
-    """The integrity audit's verdict (summary.json's, else integrity.json's) and the mode audit."""
+    """The integrity audit's verdict (summary.json's, else integrity.json's) and the mode audit; a
+    multi-task run's are its tasks' (`members`: task -> {integrity, mode_audit})."""
     integrity = (summary or {}).get("integrity")
     if integrity is None:
         integrity = integrity_summary(_object(run_dir / "integrity.json"))
-    return {"integrity": integrity, "mode_audit": (summary or {}).get("mode_audit")}
+    found = {"integrity": integrity, "mode_audit": (summary or {}).get("mode_audit")}
+    members = run_dir / "tasks"
+    if members.is_dir():
+        found["members"] = {}
+        for member in sorted(p for p in members.iterdir() if p.is_dir()):
+            member_summary = _object(member / "summary.json") or {}
+            found["members"][member.name] = {
+                "integrity": member_summary.get("integrity") or integrity_summary(_object(member / "integrity.json")),
+                "mode_audit": member_summary.get("mode_audit"),
+            }
+    return found
 
 
 def page_data(run_dir: Path) -> dict:
@@ -288,7 +299,9 @@ def page_data(run_dir: Path) -> dict:
         missing.append("gateway/transcript.jsonl")
     if run.get("agent_kind", "script") != "cli" and not (run_dir / "workspace" / "agent.log").is_file():
         missing.append("workspace/agent.log")
-    missing += [name for name in ("final.json", "summary.json", "integrity.json") if not (run_dir / name).is_file()]
+    # A multi-task run's final evaluations and audits are its tasks' (tasks/<task>/).
+    own = ("summary.json",) if run.get("tasks") else ("final.json", "summary.json", "integrity.json")
+    missing += [name for name in own if not (run_dir / name).is_file()]
     return {
         "schema": SCHEMA,
         "title": run_title(header["labels"]),
