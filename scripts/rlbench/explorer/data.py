@@ -65,8 +65,9 @@ def _since(ts, start: float | None) -> float | None:
 
 
 def run_title(labels: dict) -> str:
-    """"task / model / agent / seed N" (a multi-task run: its tasks joined by +)."""
-    task = labels.get("task") or "+".join(labels.get("tasks") or []) or "?"
+    """"task / model / agent / seed N" (a multi-task run: its tasks, joined by +)."""
+    tasks = labels.get("tasks")
+    task = labels.get("task") or (tasks if isinstance(tasks, str) else "+".join(map(str, tasks or []))) or "?"
     return f"{task} / {labels.get('model')} / {labels.get('agent')} / seed {labels.get('seed')}"
 
 
