@@ -19,6 +19,7 @@ from rlbench.config import (
     validate_config,
 )
 from rlbench.analysis.catalogue import FIGURE, ITEMS as REPORT_ITEMS, TABLE
+from rlbench.paths import RUN_PAGE
 from rlbench.tasks import get_task, split_size_problems
 from rlbench.tasks.base import ensure_salt
 
@@ -157,6 +158,15 @@ def get_multi_files(name, per_task=False):
         else:
             files.append(f"{base}/{name}")
     return files
+
+
+# The run explorer's page inside a run's directory (rlbench.paths.RUN_PAGE).
+RUN_PAGE_NAME = RUN_PAGE.as_posix()
+
+
+def get_run_pages(wildcards=None):
+    """Every run's explorer page: one per single-task run and one per multi-task run."""
+    return get_run_files(RUN_PAGE_NAME) + get_multi_files(RUN_PAGE_NAME)
 
 
 def get_table_summaries(wildcards=None):

@@ -209,3 +209,33 @@ rule summarize_multi:
         tasks=run_tasks,
     script:
         "../scripts/summarize_multi.py"
+
+
+# The run explorer's page of the multi-task run (rlbench.explorer): every task's submissions on one axis.
+localrules:
+    run_page_multi,
+
+
+rule run_page_multi:
+    input:
+        run=multi_path("run.json"),
+        summary=multi_path("summary.json"),
+    output:
+        page=report(
+            multi_path(RUN_PAGE_NAME),
+            caption="../workflow/report/run_page.rst",
+            category="Runs",
+            subcategory="{tasks}",
+            labels={
+                "model": "{model}",
+                "agent": "{agent}",
+                "seed": "{seed}",
+                "page": "run explorer",
+            },
+        ),
+    log:
+        "results/logs/run_page_multi/{tasks}/{model}/{agent}/{seed}.log",
+    conda:
+        "../envs/rlbench.yaml"
+    script:
+        "../scripts/run_page.py"

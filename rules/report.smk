@@ -33,6 +33,7 @@ rule report_figures:
     input:
         summaries=get_table_summaries(),
         tables=report_files(TABLE),
+        pages=get_run_pages(),
     output:
         **report_outputs(FIGURE, "Figures"),
         index=report(

@@ -37,3 +37,36 @@ rule summarize_run:
         narrative_cache=f"{RESULTS}/judgments/narrative",
     script:
         "../scripts/summarize_run.py"
+
+
+# The run explorer's page (rlbench.explorer), from the run's records; rebuilt by `make report`. Cheap: run
+# where Snakemake runs, never submitted to a cluster.
+localrules:
+    run_page,
+
+
+rule run_page:
+    input:
+        run=run_path("run.json"),
+        summary=run_path("summary.json"),
+        integrity=run_path("integrity.json"),
+        final=run_path("final.json"),
+    output:
+        page=report(
+            run_path(RUN_PAGE_NAME),
+            caption="../workflow/report/run_page.rst",
+            category="Runs",
+            subcategory="{task}",
+            labels={
+                "model": "{model}",
+                "agent": "{agent}",
+                "seed": "{seed}",
+                "page": "run explorer",
+            },
+        ),
+    log:
+        "results/logs/run_page/{task}/{model}/{agent}/{seed}.log",
+    conda:
+        "../envs/rlbench.yaml"
+    script:
+        "../scripts/run_page.py"

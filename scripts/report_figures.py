@@ -1,6 +1,6 @@
 """Rule report_figures: every figure of the catalogue (rlbench.analysis.catalogue; PNG + SVG each, drawn by
 rlbench.analysis.figures) and the standalone page results/report/index.html (rlbench.analysis.html) from the
-tables rule aggregate wrote."""
+tables rule aggregate wrote, with links to every run's explorer page (rule run_page)."""
 
 import sys
 from pathlib import Path
@@ -22,7 +22,8 @@ for name, item in FIGURES.items():
 
 index = Path(snakemake.output.index)
 tables = {Path(p).stem: Path(p) for p in snakemake.input.tables}  # a table's CSV and Markdown: either names it
-written = write_index(index.parent, tables, figures)
+pages = [Path(p) for p in snakemake.input.pages]  # each run's explorer page, linked from the index
+written = write_index(index.parent, tables, figures, pages)
 if written.resolve() != index.resolve():
     raise RuntimeError(f"index.html written to {written}, expected {index}")
 print(f"{written}: {len(tables)} tables, {len(figures)} figures", file=sys.stderr)

@@ -6,8 +6,9 @@
     rlbench report [--results DIR]
     rlbench regenerate [--config FILE] [--cores N] [--html FILE] [-- SNAKEMAKE ARGS...]
     rlbench reconstruct RUN_DIR
+    rlbench view [RUN_DIR] [--serve] [--port N] [--no-open] [--results DIR]
 
-Builds on: paths, config, recording, coding_agents.
+Builds on: paths, config, recording, coding_agents, explorer.
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def resume(args: argparse.Namespace) -> int:
 
 
 # The analysis stage: what `rlbench regenerate` reruns (per-run summaries, tables, figures).
-ANALYSIS_RULES = ("summarize_run", "summarize_member", "summarize_multi", "aggregate", "report_figures")
+ANALYSIS_RULES = (
+    "summarize_run", "summarize_member", "summarize_multi", "run_page", "run_page_multi", "aggregate", "report_figures",
+)  # fmt: skip
 # Every rerun trigger but `code`: Snakemake reruns a `script:` rule whose script is newer than its outputs, so
 # after an update of the harness (a checkout touches the rule scripts) every recorded run would look unfinished.
 # Regenerating reads the recorded runs as they are; the analysis rules rerun anyway (--forcerun).
@@ -215,6 +218,96 @@ def reconstruct(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_dirs(results: Path) -> list[Path]:
+    """Every run's directory under results/runs: the single-task runs' and the multi-task runs' (not
+    their tasks' views), sorted."""
+    runs = results / "runs"
+    found = [d for d in runs.glob("*/*/*/*") if d.relative_to(runs).parts[0] != MULTI_DIR]
+    found += list(runs.glob(f"{MULTI_DIR}/*/*/*/*"))
+    return sorted(d for d in found if d.is_dir())
+
+
+def _list_pages(results: Path) -> int:
+    from rlbench.explorer.build import is_run_dir, is_stale, page_path
+
+    dirs = [d for d in run_dirs(results) if is_run_dir(d)]
+    if not dirs:
+        print(f"no recorded runs under {results}/runs yet: start them with `rlbench run`")
+        return 1
+    rows = []
+    for run_dir in dirs:
+        record = _read(run_dir / "run.json") or {}
+        page = page_path(run_dir)
+        built = "missing" if not page.is_file() else ("stale" if is_stale(run_dir) else "yes")
+        rows.append({"run": str(run_dir), "status": record.get("status", "?"), "page": built})
+    _print_table(rows)
+    print("\nopen one: rlbench view RUN_DIR (builds its page first when missing or stale)")
+    return 0
+
+
+def _can_open_browser() -> bool:
+    """A graphical browser can be started here: a display (or macOS) and a browser webbrowser knows."""
+    import webbrowser
+
+    if sys.platform != "darwin" and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return False
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return True
+
+
+def serve_page(page: Path, port: int = 0) -> None:
+    """Serve the page's directory on 127.0.0.1 (port 0: a free one), print the page's URL, and serve until
+    interrupted (Ctrl-C)."""
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(page.parent))
+    handler.log_message = lambda *a, **k: None  # the URL is the only line the user needs
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        print(f"serving the run's page at http://127.0.0.1:{server.server_address[1]}/{page.name} (Ctrl-C stops)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
+def view(args: argparse.Namespace) -> int:
+    """`rlbench view RUN_DIR`: build the run's explorer page when it is missing or older than the run's records,
+    then open it in a browser, or serve it on localhost and print the URL where no browser can open;
+    without RUN_DIR: list the runs and their pages."""
+    from rlbench.explorer.build import build_page, is_run_dir, is_stale, page_path
+
+    if args.run_dir is None:
+        return _list_pages(Path(args.results))
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir() or not is_run_dir(run_dir):
+        print(
+            f"error: {run_dir} is not a run's directory (it needs run.json or grader/ledger.jsonl); "
+            "`rlbench view` lists the recorded runs",
+            file=sys.stderr,
+        )
+        return 2
+    page = page_path(run_dir)
+    if is_stale(run_dir):
+        build_page(run_dir)
+        print(f"built {page}")
+    else:
+        print(f"up to date: {page}")
+    if args.no_open:
+        return 0
+    if not args.serve and _can_open_browser():
+        import webbrowser
+
+        if webbrowser.open(page.resolve().as_uri()):
+            print(f"opened {page.resolve().as_uri()}")
+            return 0
+    serve_page(page, args.port)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlbench", description="Agent² RL-Bench: run the benchmark workflow.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -244,6 +337,14 @@ def main(argv: list[str] | None = None) -> int:
         "reconstruct", help="a run from its record: prompt, transcript, code at each submission, scores"
     )
     sub.add_argument("run_dir", help="a run directory, results/runs/TASK/MODEL/AGENT/SEED")
+    sub = commands.add_parser(
+        "view", help="a run's page (turns, submissions, code diffs, resources): build it if needed and open it"
+    )
+    sub.add_argument("run_dir", nargs="?", help="a run directory (without it: list the runs and their pages)")
+    sub.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and print its URL")
+    sub.add_argument("--port", type=int, default=0, help="the port to serve on (default: a free one)")
+    sub.add_argument("--no-open", action="store_true", help="only build the page (when needed) and print its path")
+    sub.add_argument("--results", default="results", help="the results directory listed (default: results)")
     args = parser.parse_args(argv)
     if args.command in ("run", "resume", "regenerate") and args.snakemake[:1] == ["--"]:
         args.snakemake = args.snakemake[1:]
@@ -251,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     commands_by_name["setup-agents"] = setup_agents_command
     commands_by_name["reconstruct"] = reconstruct
     commands_by_name["regenerate"] = regenerate
+    commands_by_name["view"] = view
     return commands_by_name[args.command](args)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import csv
 import html
+import json
+import os
 import re
 from pathlib import Path
 
@@ -204,9 +206,37 @@ def figure_section(name: str, png: Path) -> tuple[str, str]:
     return title, f'<section id="{_anchor("figure", name)}">\n<h2>{_esc(title)}</h2>\n{body}\n</section>'
 
 
-def render_index(report_dir: Path, tables: dict, figures: dict) -> str:
+def run_label(page: Path) -> str:
+    """A run page's label: "task / model / agent / seed N" from its run's run.json (the page is
+    <run_dir>/reports/run.html), else the run directory's path."""
+    run_dir = Path(page).parent.parent
+    try:
+        labels = json.loads((run_dir / "run.json").read_text()).get("labels") or {}
+    except (OSError, ValueError, AttributeError):
+        labels = {}
+    if not labels:
+        return run_dir.as_posix()
+    tasks = labels.get("tasks")  # a multi-task run: its tasks joined by + (the run's wildcards)
+    task = labels.get("task") or (tasks if isinstance(tasks, str) else "+".join(map(str, tasks or [])))
+    return f"{task} / {labels.get('model')} / {labels.get('agent')} / seed {labels.get('seed')}"
+
+
+def runs_section(report_dir: Path, pages: list) -> str:
+    """The list of the run explorer's pages (rlbench.explorer), each linked relative to the report's directory."""
+    items = "".join(
+        f'<li><a href="{_esc(os.path.relpath(Path(p), Path(report_dir)))}">{_esc(run_label(Path(p)))}</a></li>'
+        for p in sorted(pages, key=lambda p: run_label(Path(p)))
+    )
+    return (
+        f'<section id="runs">\n<h2>Runs</h2>\n<p class="notes">Each run\'s page: the agent\'s turns, its submissions '
+        f"with their code diffs, the budget, the resource trace and the audits' verdicts.</p>\n<ul>{items}</ul>\n</section>"
+    )
+
+
+def render_index(report_dir: Path, tables: dict, figures: dict, pages: list | None = None) -> str:
     """The page's HTML: the tables and figures given in the catalogue's order (the paper's leaderboard first,
-    then the figures, the Δ heatmap first, then the other tables), then any the catalogue does not list."""
+    then the figures, the Δ heatmap first, then the other tables), then any the catalogue does not list;
+    then the links to the runs' pages (`pages`: each run's reports/run.html)."""
     report_dir = Path(report_dir)
     tables = {name: Path(p) for name, p in tables.items()}
     tables.setdefault(LEADERBOARD, report_dir / f"{LEADERBOARD}.csv")
@@ -219,6 +249,9 @@ def render_index(report_dir: Path, tables: dict, figures: dict) -> str:
         for kind, n in listed
     ]
     nav = "".join(f'<li><a href="#{_anchor(kind, name)}">{_esc(title)}</a></li>' for kind, name, title, _ in sections)
+    if pages:
+        sections.append(("runs", "runs", "Runs", runs_section(report_dir, pages)))
+        nav += '<li><a href="#runs">Runs</a></li>'
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -233,13 +266,13 @@ def render_index(report_dir: Path, tables: dict, figures: dict) -> str:
     )
 
 
-def write_index(report_dir: Path, tables: dict, figures: dict) -> Path:
+def write_index(report_dir: Path, tables: dict, figures: dict, pages: list | None = None) -> Path:
     """Write report_dir/index.html. tables: name -> the table's .csv or .md as
     rlbench.analysis.tablefiles.write_tables writes them (the other file is found next to it); figures:
     name -> PNG. The leaderboard in the paper's layout comes from report_dir/leaderboard_paper.csv
-    when tables does not name it. Returns the page's path."""
+    when tables does not name it; pages: the runs' explorer pages, linked at the end. Returns the page's path."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     out = report_dir / "index.html"
-    out.write_text(render_index(report_dir, tables, figures), encoding="utf-8")
+    out.write_text(render_index(report_dir, tables, figures, pages), encoding="utf-8")
     return out
