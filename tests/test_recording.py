@@ -370,6 +370,15 @@ def test_resource_sampler_records_gpu_utilisation_and_memory(tmp_path, monkeypat
     assert bare_summary["gpu_hours"] is None and bare_summary["peak_gpu_utilization_percent"] is None
 
 
+def test_a_sample_records_the_agent_logs_size_when_given_its_path(tmp_path):
+    log = tmp_path / "agent.log"
+    sampler = ResourceSampler(lambda: [], tmp_path, tmp_path / "r.jsonl", log_path=log)
+    assert sampler.sample()["agent_log_bytes"] == 0  # not written yet
+    log.write_text("loading model\n")
+    assert sampler.sample()["agent_log_bytes"] == 14
+    assert "agent_log_bytes" not in ResourceSampler(lambda: [], tmp_path, tmp_path / "r.jsonl").sample()
+
+
 def test_a_failing_nvidia_smi_is_a_clear_error_and_no_gpu_sample(tmp_path, monkeypatch):
     fake = FakeNvidiaSmi(tmp_path, "fail")
     monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")

@@ -61,6 +61,7 @@ from pathlib import Path
 
 from rlbench.fileio.jsonio import read_json
 from rlbench.recording.repository import CodeRepository, RecordingError
+from rlbench.recording.transcript import TRANSCRIPT, message_text, response_key, text_of
 from rlbench.scoring.judges import Judge, load_judge
 
 METHOD = "llm judge of the run's trace (gateway transcript, code revisions, agent logs), chunked"
@@ -68,8 +69,6 @@ VERSION = 1
 PURPOSE = "integrity-trace-judge-v1"
 KINDS = ("contamination", "disallowed_model", "outside_api", "other_anomaly")
 
-#: where the gateway's recorder writes the transcript (rlbench.coding_agents.session: gateway/transcript.jsonl)
-TRANSCRIPT = Path("gateway") / "transcript.jsonl"
 CODE_GIT = Path("grader") / "code.git"
 #: the defaults of OWN_SETTINGS
 CHUNK_CHARS = 60_000
@@ -124,67 +123,6 @@ class Event:
 # -- the trace ----------------------------------------------------------------------------------------
 
 
-def _arguments(value) -> str:
-    """A tool call's arguments, readable: a JSON string decoded, string values shown as they are."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return value
-    if isinstance(value, dict):
-        return "\n".join(
-            f"{key}: {item}" if isinstance(item, str) else f"{key}: {json.dumps(item, ensure_ascii=False, sort_keys=True)}"
-            for key, item in value.items()
-        )
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _text_of(value) -> str:
-    """The readable text of a message content, a tool call or result, or a response part (chat,
-    Anthropic, Responses and Gemini shapes; anything else as JSON)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "\n".join(t for t in (_text_of(v) for v in value) if t)
-    if not isinstance(value, dict):
-        return str(value)
-    kind = value.get("type")
-    call = value.get("function") if isinstance(value.get("function"), dict) else None
-    call = call or (value if kind in ("tool_use", "function_call") else None)
-    call = call or (value.get("functionCall") if isinstance(value.get("functionCall"), dict) else None)
-    if call is not None:
-        args = next((call[k] for k in ("arguments", "input", "args") if k in call), None)
-        return f"tool call {call.get('name')}:\n{_arguments(args)}"
-    if kind in ("tool_result", "function_call_output") or "functionResponse" in value:
-        body = value.get("content", value.get("output", value.get("functionResponse")))
-        return f"tool result: {_text_of(body)}"
-    if isinstance(value.get("text"), str):
-        return value["text"]
-    for key in ("content", "parts"):
-        if key in value:
-            return _text_of(value[key])
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _message_lines(message) -> str:
-    if not isinstance(message, dict):
-        return f"message: {_text_of(message)}"
-    role = message.get("role") or message.get("type") or "message"
-    parts = [_text_of(message.get("content", message.get("parts")))] if ("content" in message or "parts" in message) else []
-    if message.get("tool_calls"):
-        parts.append(_text_of(message["tool_calls"]))
-    if not parts:
-        parts.append(_text_of({k: v for k, v in message.items() if k != "role"}))
-    return f"{role}: " + "\n".join(p for p in parts if p)
-
-
-def _response_key(content, tool_calls) -> str:
-    """What an assistant message resent in a later request shares with the response it repeats."""
-    return " ".join((_text_of(content) + " " + _text_of(tool_calls or [])).split())
-
-
 def _cut(text: str, limit: int) -> tuple[str, bool]:
     if len(text) <= limit:
         return text, False
@@ -215,7 +153,7 @@ def transcript_events(path: Path) -> tuple[list[Event], dict]:
             parts = []
             for key in ("system", "instructions", "systemInstruction", "system_instruction"):
                 if request.get(key):
-                    parts.append(f"{key}: {_text_of(request[key])}")
+                    parts.append(f"{key}: {text_of(request[key])}")
             messages = []
             for key in ("messages", "input", "contents"):
                 value = request.get(key)
@@ -226,21 +164,21 @@ def transcript_events(path: Path) -> tuple[list[Event], dict]:
                     continue
                 seen.add(digest)
                 if isinstance(message, dict) and message.get("role") == "assistant":
-                    key = _response_key(message.get("content"), message.get("tool_calls"))
+                    key = response_key(message.get("content"), message.get("tool_calls"))
                     if key and key in responses:  # the response of an earlier turn, resent
                         continue
-                parts.append(_message_lines(message))
+                parts.append(message_text(message))
             response = record.get("response")
             if isinstance(response, dict):
                 content = response.get("content", response.get("output"))
-                responses.add(_response_key(content, response.get("tool_calls")))
-                text = "\n".join(t for t in (_text_of(content), _text_of(response.get("tool_calls"))) if t)
+                responses.add(response_key(content, response.get("tool_calls")))
+                text = "\n".join(t for t in (text_of(content), text_of(response.get("tool_calls"))) if t)
                 parts.append(f"response: {text}")
             elif response is not None:
-                parts.append(f"response: {_text_of(response)}")
+                parts.append(f"response: {text_of(response)}")
             for key in ("error", "refused"):
                 if record.get(key):
-                    parts.append(f"{key}: {_text_of(record[key])}")
+                    parts.append(f"{key}: {text_of(record[key])}")
             events.append(Event(f"turn {index}", "\n".join(parts) or "(an empty call)"))
     return events, stats
 

@@ -130,6 +130,9 @@ class ResourceSampler:
         gpu_memory_used_mib {gpu index: MiB used on the device, by anyone} and
         gpu_memory_total_mib    {gpu index: MiB on the device}: every GPU nvidia-smi lists, and only
                             where nvidia-smi is (absent without it, never zeros)
+        agent_log_bytes     the size of the agent's log (log_path: where its stdout goes; 0 while
+                            there is none), only with log_path: it dates each log line within one
+                            interval (the run explorer, rlbench.explorer.turns)
 
     processes: called at each sample, returns the processes to measure (e.g. the agent's tree);
     a process listed twice is counted once, one that is gone by the time it is read is skipped.
@@ -149,8 +152,10 @@ class ResourceSampler:
         interval_s: float = 5,
         max_entries: int = WORKSPACE_MAX_ENTRIES,
         workspace_interval_s: float | None = None,
+        log_path: Path | None = None,
     ):
         self.processes, self.workspace, self.out = processes, Path(workspace), Path(out)
+        self.log_path = None if log_path is None else Path(log_path)
         self.interval_s, self.max_entries = interval_s, max_entries
         self.workspace_interval_s = max(interval_s, 30) if workspace_interval_s is None else workspace_interval_s
         self._usage: tuple[float, dict] | None = None  # (when, workspace_usage) of the last walk
@@ -228,6 +233,11 @@ class ResourceSampler:
             "workspace_truncated": usage["truncated"],
             "workspace_ts": round(walked, 3),
         }
+        if self.log_path is not None:
+            try:
+                record["agent_log_bytes"] = self.log_path.stat().st_size
+            except OSError:
+                record["agent_log_bytes"] = 0
         if self._gpu:
             record.update(gpu_sample() or {})
         return record
