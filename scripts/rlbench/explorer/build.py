@@ -30,12 +30,20 @@ def is_run_dir(path: Path) -> bool:
     return (path / "run.json").is_file() or (path / "grader" / "ledger.jsonl").is_file()
 
 
+def _renderer_mtime() -> int:
+    """When the code that builds a page (this package: its modules and assets) last changed."""
+    package = Path(__file__).parent
+    return max(path.stat().st_mtime_ns for path in [*package.glob("*.py"), *package.glob("assets/*")])
+
+
 def is_stale(run_dir: Path, page: Path | None = None) -> bool:
-    """The page is missing, or older than one of the records it shows."""
+    """The page is missing, or older than one of the records it shows or than the code that builds it."""
     page = page or page_path(run_dir)
     try:
         built = page.stat().st_mtime_ns
     except OSError:
+        return True
+    if _renderer_mtime() > built:
         return True
     for name in SOURCES:
         try:

@@ -512,6 +512,12 @@
     if (s.reason) facts.reason = s.reason;
     parts.push(keyValues(facts));
     if (s.error) parts.push(el("p", {class: "error-text"}, String(s.error)));
+    // the code first (what the agent changed), then what the grader measured and kept
+    if (s.code_files) parts.push(el("p", {}, `code (${s.code_files.length} files): ` + s.code_files.slice(0, 60).join(", ")));
+    parts.push(el("h3", {}, s.diff_against === null || s.diff_against === undefined ? "code" : `code diff against submission ${s.diff_against}`));
+    if (s.diff === null || s.diff === undefined) parts.push(el("p", {class: "empty"}, "no code recorded for this submission"));
+    else if (s.diff === "") parts.push(el("p", {class: "empty"}, `no code change since submission ${short(s.diff_against)}`));
+    else parts.push(diffBlock(s.diff));
     if (s.metrics) { parts.push(el("h3", {}, "evaluation")); parts.push(keyValues(s.metrics)); }
     if (s.checkpoint) {
       const c = s.checkpoint;
@@ -523,11 +529,6 @@
       parts.push(el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "file"), el("th", {}, "size"), el("th", {}, "sha256"))), body));
       if (c.config) parts.push(el("p", {}, "config: " + Object.keys(c.config).slice(0, 40).join(", ")));
     }
-    if (s.code_files) parts.push(el("p", {}, `code (${s.code_files.length} files): ` + s.code_files.slice(0, 60).join(", ")));
-    parts.push(el("h3", {}, s.diff_against === null || s.diff_against === undefined ? "code" : `code diff against submission ${s.diff_against}`));
-    if (s.diff === null || s.diff === undefined) parts.push(el("p", {class: "empty"}, "no code recorded for this submission"));
-    else if (s.diff === "") parts.push(el("p", {class: "empty"}, `no code change since submission ${short(s.diff_against)}`));
-    else parts.push(diffBlock(s.diff));
     document.getElementById("submission-detail").replaceChildren(...parts);
     drawTimeline();
     return true;
