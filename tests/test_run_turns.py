@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlbench.explorer.turns import LABEL_CHARS, TEXT_CHARS, llm_turns, log_turns, run_turns, tool_names
+from rlbench.explorer.turns import (
+    LABEL_CHARS, MIN_TEXT_CHARS, TEXT_CHARS, llm_turns, log_turns, run_turns, tool_names, within_page,
+)  # fmt: skip
 
 START = 1_000.0
 
@@ -156,3 +158,18 @@ def test_a_transcript_wins_over_agent_log_and_nothing_gives_no_turns(tmp_path):
                                  "response": {"content": "hello"}}])
     (turn,) = run_turns(tmp_path, None)  # no start recorded: the first call is t 0
     assert turn["kind"] == "llm" and turn["t"] == 0.0
+
+
+def test_a_long_runs_texts_are_cut_evenly_to_fit_the_page():
+    def turn(*sizes):
+        return {"messages": [{"role": "tool", "text": "x" * n} for n in sizes], "response": [{"role": "assistant", "text": "ok"}]}
+
+    small = [turn(10, 20)]
+    assert within_page(small, budget=100) == [turn(10, 20)]  # fits: unchanged
+    turns = [turn(50_000, 3_000), turn(20_000, 100)]
+    within_page(turns, budget=20_000)
+    lengths = [len(e["text"]) for t in turns for e in t["messages"]]
+    # The short texts stay whole; the long ones share what is left (about 8,450 each, plus the cut's note).
+    assert lengths[1] == 3_000 and lengths[3] == 100
+    assert all(MIN_TEXT_CHARS < n < 8_500 for n in (lengths[0], lengths[2]))
+    assert "more characters]" in turns[0]["messages"][0]["text"]

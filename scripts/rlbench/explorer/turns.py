@@ -16,7 +16,9 @@ so t_exact is false); without that field a line's time is unknown (null). A line
 looks like one (ERROR_LINE: a traceback, an exception, an error, out of memory, killed).
 
 Bounds: a text is cut at TEXT_CHARS characters, a label at LABEL_CHARS; at most LOG_LINES lines of
-agent.log are kept (the first and the last halves; one turn says how many were left out between).
+agent.log are kept (the first and the last halves; one turn says how many were left out between); when
+all the turns' texts together pass PAGE_CHARS (a long run's page must still open in a browser), every
+text is cut at the length that brings them under it (never below MIN_TEXT_CHARS), the longest first.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from rlbench.recording.transcript import (
 )
 
 TEXT_CHARS = 20_000
+PAGE_CHARS = 40_000_000
+MIN_TEXT_CHARS = 1_000
 LABEL_CHARS = 200
 LOG_LINES = 20_000
 AGENT_LOG = Path("workspace") / "agent.log"
@@ -210,9 +214,30 @@ def log_turns(run_dir: Path, start: float | None) -> list[dict]:
     return [_log_turn(i, text, when(offset)) for i, (offset, text) in enumerate(lines)]
 
 
+def within_page(turns: list[dict], budget: int | None = None) -> list[dict]:
+    """The turns with every text cut at one length chosen so that all of them together stay under budget
+    characters (PAGE_CHARS; not below MIN_TEXT_CHARS each); unchanged when they already fit."""
+    budget = PAGE_CHARS if budget is None else budget
+    lengths = sorted(len(e["text"]) for t in turns for e in (*t["messages"], *t["response"]))
+    if sum(lengths) <= budget:
+        return turns
+    # the largest cut such that sum(min(length, cut)) <= budget
+    remaining, cut = budget, MIN_TEXT_CHARS
+    for k, length in enumerate(lengths):
+        share = remaining // (len(lengths) - k)
+        if length > share:
+            cut = max(MIN_TEXT_CHARS, share)
+            break
+        remaining -= length
+    for turn in turns:
+        for key in ("messages", "response"):
+            turn[key] = [{**e, "text": _cut(e["text"], cut)} if len(e["text"]) > cut else e for e in turn[key]]
+    return turns
+
+
 def run_turns(run_dir: Path, start: float | None) -> list[dict]:
     """The run's turns: its LLM calls where the gateway recorded a transcript, else its agent.log lines."""
-    return llm_turns(run_dir, start) or log_turns(run_dir, start)
+    return within_page(llm_turns(run_dir, start) or log_turns(run_dir, start))
 
 
 def tool_names(turns: list[dict]) -> list[str]:
