@@ -34,6 +34,14 @@ def test_the_page_embeds_its_data_whole_and_escaped_and_is_deterministic():
     assert render_page(copy.deepcopy(data)) == page
 
 
+def test_a_nan_or_infinity_in_the_records_becomes_null():
+    data = synthetic_page_data(turns=20, submissions=3, hours=1)
+    data["submissions"][0]["score"], data["resources"]["cpu_percent"][0] = float("nan"), float("inf")
+    shown = embedded(render_page(data))
+    assert shown["submissions"][0]["score"] is None and shown["resources"]["cpu_percent"][0] is None
+    assert shown["submissions"][1] == data["submissions"][1]
+
+
 def test_the_page_needs_nothing_from_outside():
     page = render_page(synthetic_page_data(turns=20, submissions=3, hours=1))
     without_data = EMBEDDED.sub("", page)
@@ -113,6 +121,11 @@ def test_a_synthetic_run_in_chromium(tmp_path):
         browser.evaluate("window.runPage.selectTurn(6)")
         assert HOSTILE in browser.evaluate("document.querySelector('#turn-detail').textContent")
         assert browser.evaluate("typeof window.pwned") == "undefined"
+
+        # The summary's iterations: its columns in summary.jsonl's order, one row per iteration.
+        head = browser.evaluate("Array.from(document.querySelectorAll('#iterations th')).map(e => e.textContent)")
+        assert head == ["iteration", "since_start_s", "status", "score", "what_was_done", "why"]
+        assert browser.evaluate("document.querySelectorAll('#iterations tbody tr').length") == len(data["submissions"])
 
         # The plots are drawn; no page errors.
         shot = browser.screenshot(tmp_path / "synthetic.png")

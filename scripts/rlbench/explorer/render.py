@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 from rlbench.fileio.jsonio import write_text
@@ -21,10 +22,26 @@ DATA_ELEMENT_ID = "run-data"
 _ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
+def _finite(value):
+    """The value with every NaN or infinity replaced by None (JSON has neither; the page shows "–")."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def embedded_json(data: dict) -> str:
-    """The data as JSON that is safe inside a script element; keys in the data's order (the page shows
-    the summary's iteration fields in it), so the same data gives the same text."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    """The data as JSON that is safe inside a script element. Keys stay in the data's order (the page
+    shows the summary's iteration fields in it; page_data builds every object in a fixed order, so the
+    same records give the same text); a value JSON cannot hold (NaN, a date) becomes null or its text."""
+    options = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False, "default": str}
+    try:
+        text = json.dumps(data, **options)
+    except ValueError:  # NaN or infinity somewhere in the records
+        text = json.dumps(_finite(data), **options)
     return text.translate(_ESCAPES)
 
 

@@ -9,7 +9,7 @@
   const turns = data.turns || [];
   const subs = data.submissions || [];
   const ROW = 22;
-  const MARGIN = {left: 72, right: 84};
+  const MARGIN = {left: 72, right: 100};
   const OK_STATUS = new Set(["scored", "cached"]);
   const BAD_STATUS = new Set(["refused", "failed", "error", "rejected", "timeout"]);
   const state = {selectedTurn: null, selectedSub: null, filtered: [], position: new Map(), hay: null};
@@ -43,6 +43,18 @@
     if (!isNum(v)) return v === null || v === undefined ? "–" : String(v);
     return Number.isInteger(v) ? String(v) : v.toFixed(digits === undefined ? 3 : digits);
   }
+  function fmtCount(v) {
+    if (!isNum(v)) return "–";
+    if (Math.abs(v) >= 1e6) return (v / 1e6).toFixed(1) + "M";
+    if (Math.abs(v) >= 1e4) return Math.round(v / 1e3) + "k";
+    return String(Math.round(v));
+  }
+  // a time axis tick, in the unit of the step between ticks: "30 s", "15 min", "2 h", "1.5 h"
+  function fmtTick(t, step) {
+    const [unit, size] = step >= 3600 ? ["h", 3600] : step >= 60 ? ["min", 60] : ["s", 1];
+    const v = t / size;
+    return (Math.abs(v - Math.round(v)) < 1e-9 ? String(Math.round(v)) : String(Number(v.toFixed(2)))) + " " + unit;
+  }
   function fmtBytes(v) {
     if (!isNum(v)) return "–";
     const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -64,6 +76,9 @@
     document.getElementById("title").textContent = data.title || "run";
     const fields = [];
     const add = (name, value) => { if (value !== null && value !== undefined && value !== "") fields.push([name, value]); };
+    const labels = run.labels && typeof run.labels === "object" ? run.labels : {};
+    const own = Object.entries(labels).filter(([k, v]) => v !== null && v !== undefined && v !== "");
+    if (own.length) add("labels", own.map(([k, v]) => `${k}=${short(v)}`).join(", "));
     add("status", run.status);
     add("exit code", run.exit_code);
     add("budget", isNum(run.budget_s) ? fmtT(run.budget_s) : null);
@@ -80,6 +95,7 @@
     }
     if (data.summary) {
       add("best", fmtNum(data.summary.best));
+      add("summary Δ", fmtNum(data.summary.delta));
       add("route", data.summary.route);
       add("failure type", data.summary.failure_type);
     }
@@ -158,7 +174,7 @@
     for (let t = 0; t <= END; t += step) {
       const x = Math.round(g.x(t)) + 0.5;
       ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, bottom); ctx.stroke();
-      if (labels) ctx.fillText(fmtT(t), x, bottom + 3);
+      if (labels) ctx.fillText(fmtTick(t, step), x, bottom + 3);
     }
   }
 
@@ -402,6 +418,9 @@
       const row = el("div", {class: "turn-row" + (turnBad(t) ? " bad" : "") + (t.i === state.selectedTurn ? " selected" : ""),
         data: {i: t.i}},
         el("span", {class: "t"}, fmtT(t.t)),
+        el("span", {class: "kind"}, t.kind || ""),
+        el("span", {class: "tokens"}, isNum(t.tokens_in) || isNum(t.tokens_out) ? `${fmtCount(t.tokens_in)}/${fmtCount(t.tokens_out)}` : ""),
+        el("span", {class: "latency"}, isNum(t.latency_s) ? t.latency_s.toFixed(1) + " s" : ""),
         (t.tools || []).length ? el("span", {class: "tools"}, t.tools.join(", ")) : null,
         t.label || "");
       row.style.top = p * ROW + "px";
@@ -540,6 +559,7 @@
     if (!data.summary) { box.appendChild(el("p", {class: "empty"}, "no summary")); return; }
     const rows = data.summary.iterations || [];
     if (!rows.length) { box.appendChild(el("p", {class: "empty"}, "no iterations recorded")); return; }
+    // the columns present, in the data's order (rlbench.explorer.data keeps summary.jsonl's fields in order)
     const columns = [];
     for (const row of rows) for (const key of Object.keys(row)) if (!columns.includes(key)) columns.push(key);
     const body = el("tbody");
