@@ -419,8 +419,9 @@
         data: {i: t.i}},
         el("span", {class: "t"}, fmtT(t.t)),
         el("span", {class: "kind"}, t.kind || ""),
-        el("span", {class: "tokens"}, isNum(t.tokens_in) || isNum(t.tokens_out) ? `${fmtCount(t.tokens_in)}/${fmtCount(t.tokens_out)}` : ""),
-        el("span", {class: "latency"}, isNum(t.latency_s) ? t.latency_s.toFixed(1) + " s" : ""),
+        t.kind === "log" ? null  // a log line has no tokens or latency: its text gets the width
+          : el("span", {class: "tokens"}, isNum(t.tokens_in) || isNum(t.tokens_out) ? `${fmtCount(t.tokens_in)}/${fmtCount(t.tokens_out)}` : ""),
+        t.kind === "log" ? null : el("span", {class: "latency"}, isNum(t.latency_s) ? t.latency_s.toFixed(1) + " s" : ""),
         (t.tools || []).length ? el("span", {class: "tools"}, t.tools.join(", ")) : null,
         t.label || "");
       row.style.top = p * ROW + "px";
