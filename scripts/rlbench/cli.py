@@ -121,17 +121,23 @@ def _read(path: Path) -> dict | None:
         return None
 
 
+def run_dirs(results: Path) -> list[Path]:
+    """Every run's directory under results/runs: the single-task runs' and the multi-task runs' (not
+    their tasks' views): the single-task runs sorted, then the multi-task runs sorted."""
+    runs = results / "runs"
+    found = sorted(d for d in runs.glob("*/*/*/*") if d.relative_to(runs).parts[0] != MULTI_DIR)
+    found += sorted(runs.glob(f"{MULTI_DIR}/*/*/*/*"))
+    return [d for d in found if d.is_dir()]
+
+
 def run_rows(results: Path) -> list[dict]:
     """One row per run directory under results/runs (a multi-task run: one per task, `multi` naming the run's
     tasks, results/runs/multi/TASKS/MODEL/AGENT/SEED/tasks/TASK): where it stands and what it scored."""
     rows = []
     runs = results / "runs"
-    found = [(run_dir, None) for run_dir in sorted(runs.glob("*/*/*/*")) if run_dir.relative_to(runs).parts[0] != MULTI_DIR]
-    found += [(run_dir, run_dir.relative_to(runs).parts[1]) for run_dir in sorted(runs.glob(f"{MULTI_DIR}/*/*/*/*"))]
-    for run_dir, group in found:
-        if not run_dir.is_dir():
-            continue
+    for run_dir in run_dirs(results):
         parts = run_dir.relative_to(runs).parts
+        group = parts[1] if parts[0] == MULTI_DIR else None
         record = _read(run_dir / "run.json")
         if record is None:
             state = "started" if (run_dir / "attempt.json").exists() else "prepared"
@@ -216,15 +222,6 @@ def reconstruct(args: argparse.Namespace) -> int:
     json.dump(reconstruct_run(run_dir), sys.stdout, indent=2, default=str)
     print()
     return 0
-
-
-def run_dirs(results: Path) -> list[Path]:
-    """Every run's directory under results/runs: the single-task runs' and the multi-task runs' (not
-    their tasks' views), sorted."""
-    runs = results / "runs"
-    found = [d for d in runs.glob("*/*/*/*") if d.relative_to(runs).parts[0] != MULTI_DIR]
-    found += list(runs.glob(f"{MULTI_DIR}/*/*/*/*"))
-    return sorted(d for d in found if d.is_dir())
 
 
 def _list_pages(results: Path) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rlbench.analysis.catalogue import FIGURE, FIGURES, ITEMS, TABLE, TABLES
 from rlbench.analysis.tablefiles import BLANK_MD
+from rlbench.summaries.formatting import run_title
 
 # The page shows the catalogue's items (rlbench.analysis.catalogue) in its order: the paper's leaderboard (the
 # catalogue's first table, always on the page), then the figures, then the other tables; a table or figure
@@ -207,18 +208,14 @@ def figure_section(name: str, png: Path) -> tuple[str, str]:
 
 
 def run_label(page: Path) -> str:
-    """A run page's label: "task / model / agent / seed N" from its run's run.json (the page is
+    """A run page's label: the run's title (summaries.formatting.run_title) from its run.json (the page is
     <run_dir>/reports/run.html), else the run directory's path."""
     run_dir = Path(page).parent.parent
     try:
         labels = json.loads((run_dir / "run.json").read_text()).get("labels") or {}
     except (OSError, ValueError, AttributeError):
         labels = {}
-    if not labels:
-        return run_dir.as_posix()
-    tasks = labels.get("tasks")  # a multi-task run: its tasks joined by + (the run's wildcards)
-    task = labels.get("task") or (tasks if isinstance(tasks, str) else "+".join(map(str, tasks or [])))
-    return f"{task} / {labels.get('model')} / {labels.get('agent')} / seed {labels.get('seed')}"
+    return run_title(labels) if labels else run_dir.as_posix()
 
 
 def runs_section(report_dir: Path, pages: list) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from rlbench.fileio.jsonio import read_jsonl
 from rlbench.recording.repository import CODE_GIT, CodeRepository, RecordingError
 from rlbench.recording.trace import read_trace
+from rlbench.summaries.formatting import run_title
 from rlbench.summaries.summary import integrity_summary
 from rlbench.explorer.turns import run_turns, tool_names
 
@@ -62,13 +63,6 @@ def _number(value) -> float | None:
 def _since(ts, start: float | None) -> float | None:
     ts = _number(ts)
     return None if ts is None or start is None else round(ts - start, 3)
-
-
-def run_title(labels: dict) -> str:
-    """"task / model / agent / seed N" (a multi-task run: its tasks, joined by +)."""
-    tasks = labels.get("tasks")
-    task = labels.get("task") or (tasks if isinstance(tasks, str) else "+".join(map(str, tasks or []))) or "?"
-    return f"{task} / {labels.get('model')} / {labels.get('agent')} / seed {labels.get('seed')}"
 
 
 def run_header(run: dict, manifest: dict, summary: dict | None) -> dict:

@@ -1,4 +1,4 @@
-"""How summaries write values as text: numbers, one-line excerpts, lists of names."""
+"""How summaries write values as text: numbers, one-line excerpts, lists of names, a run's title."""
 
 from __future__ import annotations
 
@@ -22,3 +22,11 @@ def name_list(names: list[str], limit: int = 6) -> str:
     """The first `limit` names, comma-separated, and "and N more" for the rest."""
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def run_title(labels: dict) -> str:
+    """A run's title from its labels: "task / model / agent / seed N" (a multi-task run: its tasks as recorded,
+    the wildcards' joined string, or a list joined by +; "?" when the labels name no task)."""
+    tasks = labels.get("tasks")
+    task = labels.get("task") or (tasks if isinstance(tasks, str) else "+".join(map(str, tasks or []))) or "?"
+    return f"{task} / {labels.get('model')} / {labels.get('agent')} / seed {labels.get('seed')}"

@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from rlbench.fileio.jsonio import write_json  # noqa: E402
+from rlbench.summaries.formatting import run_title  # noqa: E402
 
 #: Past this many seconds the time axis is in hours, below it in minutes.
 HOURS_FROM_S = 2 * 3600
@@ -28,12 +29,6 @@ DPI = 120
 STYLE = {"svg.hashsalt": "rlbench", "svg.fonttype": "none", "font.size": 10}
 #: The fields of reports/metrics.json beside the ten metrics, from summary.json.
 RUN_FIELDS = ("level", "baseline", "best", "delta", "submissions", "route", "failure_type")
-
-
-def run_title(summary: dict) -> str:
-    """"task / model / agent / seed N" from the summary's labels."""
-    labels = summary.get("labels") or {}
-    return f"{labels.get('task')} / {labels.get('model')} / {labels.get('agent')} / seed {labels.get('seed')}"
 
 
 def metrics_record(summary: dict) -> dict:
@@ -106,7 +101,7 @@ def plot_score_trajectory(summary: dict, png: Path, svg: Path) -> None:
             ax.axhline(baseline, color="gray", linestyle="--", linewidth=1, label=f"baseline ({baseline:.4g})")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"score ({metric})" if metric else "score")
-        ax.set_title(run_title(summary))
+        ax.set_title(run_title(summary.get("labels") or {}))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)
         ax.grid(True, alpha=0.3)
