@@ -10,7 +10,7 @@ import pytest
 from rlbench.generation.backends import cut_at_stop
 from rlbench.models.materialise import prepare_model
 from rlbench.generation.full_prompt import FullPromptGenerator
-from rlbench.generation.prefix_cache import CachedBatchGenerator
+from rlbench.generation.prefix_cache import CachedBatchGenerator, choose_prefix_lengths
 from rlbench.generation.textgen import load_text_generator
 from rlbench.tasks.alfworld.public import clean_action, history_entry
 
@@ -211,10 +211,12 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_cache():
             assert torch.allclose(got[row], expected, atol=1e-6), row
 
 
-def test_shared_prefix_stays_out_of_the_batch_buffer(model_dir, reference):
-    """Rows whose prompts share a few-shot prefix attend to one copy of it: the batch buffer of a
-    call holds each row's own tokens only (its capacity is below the shared prefix's length)."""
-    ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16)
+@pytest.mark.parametrize("group_cost", [0, 10**9])
+def test_shared_prefix_groups_are_chosen_by_cost(model_dir, reference, group_cost):
+    """Rows whose prompts share a few-shot prefix attend to one copy of it where a group is worth its
+    cost: free groups (0) keep every shared prefix out of the batch buffer (its capacity stays below
+    the prefix's length); priceless ones (10**9) put it into every row's columns. Same answers."""
+    ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16, group_cost=group_cost)
     capacities = []
     allocate = ours._alloc
 
@@ -230,4 +232,22 @@ def test_shared_prefix_stays_out_of_the_batch_buffer(model_dir, reference):
         assert ours.generate(prompts, 6, ["\n"]) == expected, f"step {step}"
         prompts = {key: prompt + history_entry(clean_action(expected[key]), "Nothing happens.") for key, prompt in prompts.items()}
     batch_calls = [capacity for batch, capacity in capacities if batch == 6]
-    assert len(batch_calls) == 2 and all(capacity < prefix for capacity in batch_calls), (capacities, prefix)
+    assert len(batch_calls) == 2, capacities
+    assert all((capacity < prefix) == (group_cost == 0) for capacity in batch_calls), (capacities, prefix)
+
+
+def test_prefix_lengths_minimise_groups_plus_tokens_read_per_row():
+    """choose_prefix_lengths: a group costs group_cost, each tree token after a row's group prefix
+    costs 1. Two task prefixes of 1,000 tokens (points a, b), each branching into scenes of 50 more
+    (a1, a2, b1) that single rows end in."""
+    a, b = ("a", 1000), ("b", 1000)
+    paths = [[a, ("a1", 1050)], [a, ("a1", 1050)], [a, ("a2", 1050)], [b, ("b1", 1050)], []]
+    # Free groups: each row at its deepest point; the row without a shared prefix has none.
+    assert choose_prefix_lengths(paths, 0) == [1050, 1050, 1050, 1050, 0]
+    # A group costs 500: a's three rows share one (3,000 tokens saved), a1's pair beside it would
+    # save 100 only; b's single row saves 1,000 with a group of its own.
+    assert choose_prefix_lengths(paths, 500) == [1000, 1000, 1000, 1050, 0]
+    # At 2,000, b's row reads its 1,050 tokens itself; a's group still saves 3,000 - 150.
+    assert choose_prefix_lengths(paths, 2000) == [1000, 1000, 1000, 0, 0]
+    # Groups dearer than anything they save: none.
+    assert choose_prefix_lengths(paths, 10**6) == [0, 0, 0, 0, 0]

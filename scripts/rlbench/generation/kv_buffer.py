@@ -58,6 +58,23 @@ class SharedPrefix:
 
     def __init__(self, spans: list, kv: list):
         self.spans, self.kv = spans, kv
+        self._mask = self._bias = None
+
+    def bias(self, mask, rep: int, dtype):
+        """The additive form (0 / -inf) of the boolean `mask` [B, 1, q, L], each query row repeated
+        for the `rep` query heads of a KV head: [B, 1, rep * q, L]. Made once per forward (every
+        layer of a forward gets the same mask object)."""
+        import torch
+
+        if mask is not self._mask:
+            batch, _one, q, length = mask.shape
+            additive = torch.where(mask, torch.zeros((), dtype=dtype), torch.full((), float("-inf"), dtype=dtype))
+            if q == 1:
+                self._bias = additive.expand(batch, 1, rep, length)  # a view: the kernel reads it in place
+            else:
+                self._bias = additive[:, :, None].expand(batch, 1, rep, q, length).reshape(batch, 1, rep * q, length)
+            self._mask = mask
+        return self._bias
 
 
 _PREFIX: contextvars.ContextVar = contextvars.ContextVar("rlbench_shared_prefix", default=None)
@@ -124,11 +141,10 @@ def _attend_with_prefix(query, key, value, mask, scale: float, prefix: SharedPre
     import torch
 
     batch, heads, q, dim = query.shape
-    kv_heads, length = key.shape[1], key.shape[2]
+    kv_heads = key.shape[1]
     rep = heads // kv_heads  # query heads per KV head (kv head i serves heads i*rep .. i*rep+rep-1)
     grouped = query.reshape(batch, kv_heads, rep * q, dim)
-    allowed = mask[:, :, None].expand(batch, 1, rep, q, length).reshape(batch, 1, rep * q, length)
-    bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device).masked_fill_(~allowed, float("-inf"))
+    bias = prefix.bias(mask, rep, query.dtype)
     out, own_lse = _attention_with_lse(grouped, key, value, bias, scale)  # [B, kv_heads, rep*q, d]
     for (first, end), shared in zip(prefix.spans, prefix.kv[layer]):
         if shared is None:

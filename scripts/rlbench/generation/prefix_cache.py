@@ -18,6 +18,10 @@ from rlbench.generation.kv_buffer import BufferLayer, SharedPrefix, attending_to
 from rlbench.generation.textgen_base import HFModel, TextGenerator, common_prefix, contains_stop, new_stats
 
 
+#: choose_prefix_lengths' cost of a group, in prefix tokens read per row times query heads x head_dim
+GROUP_COST_HEAD_DIMS = 64 * 4000
+
+
 class _Node:
     """A radix-tree node of shared prompt prefixes: `tokens` follow the parent's tokens; `kv` holds
     one (keys, values) pair per layer for exactly these tokens, shaped [1, kv_heads, n, head_dim]."""
@@ -55,6 +59,61 @@ def _anchor(node: _Node, length: int) -> _Node:
     return node
 
 
+def _points(entry: "_Entry", shared: int) -> list:
+    """The places a row reusing `shared` tokens of `entry`'s tree chain can take its group's prefix
+    up to: (node id, length) at the end of each node of the chain within `shared`, then `shared`."""
+    points = []
+    for node in entry.node.chain():
+        if node.start >= shared:
+            break
+        points.append((id(node), min(node.end, shared)))
+    return points
+
+
+def choose_prefix_lengths(paths: list, group_cost: float) -> list:
+    """Per row, how many tokens of its tree chain it attends to as a shared group prefix (0: none).
+
+    `paths[r]`: the row's points (_points): (id, length) pairs, lengths increasing; rows whose paths
+    share a point can share a group there. A group costs `group_cost` (in row x token units: one
+    attention call per group and layer, and the merge of its log-sum-exp), and every tree token a
+    row holds after its group's prefix costs 1 (it is read per row). Exact minimum of the total
+    over every choice of groups (a dynamic program over the tree of points); with `group_cost` 0
+    each row takes the deepest point (the longest shared prefix)."""
+    children: dict = {}
+    ending: dict = {}
+    for row, path in enumerate(paths):
+        parent = None
+        for point in path:
+            children.setdefault(parent, {})[point] = None
+            parent = point
+        ending.setdefault(parent, []).append(row)
+    memo: dict = {}
+
+    def cost(point, above: int) -> tuple:
+        """(cost of the rows below `point` given the nearest group prefix above ends at `above`,
+        whether to put a group at `point`)."""
+        cached = memo.get((point, above))
+        if cached is None:
+            length = point[1]
+            below = children.get(point, ())
+            no_group = sum(cost(child, above)[0] for child in below) + len(ending.get(point, ())) * (length - above)
+            group = group_cost + sum(cost(child, length)[0] for child in below)
+            cached = memo[(point, above)] = (group, True) if group < no_group else (no_group, False)
+        return cached
+
+    lengths = [0] * len(paths)
+    for row in ending.get(None, ()):
+        lengths[row] = 0
+    stack = [(point, 0) for point in children.get(None, ())]
+    while stack:
+        point, above = stack.pop()
+        here = point[1] if cost(point, above)[1] else above
+        for row in ending.get(point, ()):
+            lengths[row] = here
+        stack.extend((child, here) for child in children.get(point, ()))
+    return lengths
+
+
 class _Entry:
     """What is cached for one key: the first `base` tokens of the shared chain ending at `node`,
     then private tokens `own` with their per-layer KV `own_kv` ([1, kv_heads, len(own), head_dim])."""
@@ -83,7 +142,11 @@ class CachedBatchGenerator(TextGenerator):
     prefilled (right-aligned, pads masked), then the decoded tokens; a per-row 4D mask and
     explicit position ids make every row see exactly its own tokens at their unpadded positions.
     Each group's prefix stays out of the buffer: attention reads it once per group and joins it
-    to each row's own columns in one softmax (kv_buffer.SharedPrefix). Decoding is one forward per
+    to each row's own columns in one softmax (kv_buffer.SharedPrefix). Which tree prefixes become
+    groups is chosen per call (choose_prefix_lengths): a group costs an attention call per layer,
+    so rows share one only where that saves more than it costs (ALFWorld: the task type's few-shot
+    prefix, not the few tokens games of one room share after it); the tree tokens after a row's
+    group prefix are copied into its columns. Decoding is one forward per
     token for all live rows; once `retire_fraction` of them have finished, those rows' caches are
     copied out and the buffer is compacted to the others. At the end each row's private part is
     copied out (pad slots dropped) and the buffers are freed.
@@ -106,6 +169,7 @@ class CachedBatchGenerator(TextGenerator):
         min_shared: int = 32,
         idle_prefix_tokens: int = 16384,
         retire_fraction: float = 0.5,
+        group_cost: float | None = None,
     ):
         self.hf = HFModel(model_dir, device=device, dtype=dtype)
         self.torch = self.hf.torch
@@ -120,6 +184,11 @@ class CachedBatchGenerator(TextGenerator):
         self.n_layers = config.num_hidden_layers
         self.kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        heads = config.num_attention_heads
+        # A group's attention call and merge against reading its prefix per row (choose_prefix_lengths):
+        # measured on CPU, a group costs about as much as 4,000 prefix tokens read per row on the 64 query-head dimensions
+        # of the tiny model (2,000 to 8,000 were best on ALFWorld; each row reads them once per head).
+        self.group_cost = group_cost if group_cost is not None else GROUP_COST_HEAD_DIMS / (heads * self.head_dim)
         use_masked_gqa_sdpa(self.hf.model)  # (the masks below are 4D booleans: True = attend)
 
     # -- public ---------------------------------------------------------------------------------
@@ -140,8 +209,8 @@ class CachedBatchGenerator(TextGenerator):
         stats["calls"] += 1
         results: dict = {}
         ids: dict = {}
-        for key, prompt in prompts.items():
-            tokens = tuple(hf.encode(prompt))  # tuples throughout: common_prefix compares slices
+        for key, encoded in zip(prompts, hf.encode_all(list(prompts.values()))):
+            tokens = tuple(encoded)  # tuples throughout: common_prefix compares slices
             stats["prompts"] += 1
             stats["prompt_tokens"] += len(tokens)
             if not hf.fits(len(tokens), max_new_tokens) or not tokens:
@@ -294,27 +363,34 @@ class CachedBatchGenerator(TextGenerator):
     def _run(self, ids: dict, max_new_tokens: int, stop) -> dict:
         torch, hf, stats = self.torch, self.hf, self.stats
         device = hf.device
-        plans = []
+        rows = []
         for key in ids:
             entry, reused = self._plan_row(key, ids[key])
-            shared = min(entry.base, reused)  # the part of the reused tokens that is in the tree
-            plans.append((key, entry, reused, shared, (id(_anchor(entry.node, shared)), shared) if shared else None))
+            rows.append((key, entry, reused, min(entry.base, reused)))  # (shared: the reused part in the tree)
+        # Each row attends to the first `prefix` tokens of its tree chain as a group's shared prefix;
+        # the tree tokens after it go into the row's buffer columns (a group per few rows costs more
+        # than it saves).
+        lengths = choose_prefix_lengths([_points(entry, shared) for _k, entry, _r, shared in rows], self.group_cost)
+        plans = []
+        for (key, entry, reused, shared), prefix in zip(rows, lengths):
+            group = (id(_anchor(entry.node, prefix)), prefix) if prefix else None
+            plans.append((key, entry, reused, shared, group, prefix))
         # Rows sharing a prefix are neighbours: the prefix is attended to once per group.
         order = {group: i for i, group in enumerate(dict.fromkeys(plan[4] for plan in plans))}
         plans.sort(key=lambda plan: order[plan[4]])
         keys = [plan[0] for plan in plans]
         batch = len(keys)
-        cached_max = max(reused - shared for _k, _e, reused, shared, _g in plans)
-        window = max(len(ids[k]) - reused for k, _e, reused, _s, _g in plans)
+        cached_max = max(reused - prefix for _k, _e, reused, _s, _g, prefix in plans)
+        window = max(len(ids[k]) - reused for k, _e, reused, _s, _g, _p in plans)
         capacity = cached_max + window + max(max_new_tokens - 1, 0)
         layers = self._alloc(batch, capacity)
         valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         input_ids = torch.full((batch, window), hf.pad_id, dtype=torch.long, device=device)
         position_ids = torch.zeros(batch, window, dtype=torch.long, device=device)
-        for row, (key, entry, reused, shared, _group) in enumerate(plans):
+        for row, (key, entry, reused, shared, _group, prefix) in enumerate(plans):
             tokens = ids[key]
-            offset = cached_max - (reused - shared)  # left padding of the row's private cached part
-            self._copy_cached(layers, row, offset, entry, reused)
+            offset = cached_max - (reused - prefix)  # left padding of the row's cached columns
+            self._copy_cached(layers, row, offset, entry, reused, prefix)
             valid[row, offset:cached_max] = True
             suffix = tokens[reused:]
             lead = window - len(suffix)
@@ -326,7 +402,7 @@ class CachedBatchGenerator(TextGenerator):
             entry.own_kv = None  # the buffer holds it now; the copy out rebuilds it
             stats["prompt_tokens_reused"] += reused
             stats["prompt_tokens_computed"] += len(suffix)
-        prefixes = {plan[4]: self._prefix_kv(plan[1], plan[3]) for plan in plans if plan[4] is not None}
+        prefixes = {plan[4]: self._prefix_kv(plan[1], plan[5]) for plan in plans if plan[4] is not None}
         groups = [plan[4] for plan in plans]  # of each plan index
 
         def shared_prefix(rows: list):
@@ -352,7 +428,7 @@ class CachedBatchGenerator(TextGenerator):
         results = {}
 
         def finish(index: int, buffer_row: int) -> None:
-            key, entry, reused, shared, _group = plans[index]
+            key, entry, reused, shared, _group, _prefix = plans[index]
             gen = generated[index]
             stats["generated_tokens"] += len(gen)
             results[key] = cut_at_stop(hf.decode(gen), stop)
@@ -415,14 +491,23 @@ class CachedBatchGenerator(TextGenerator):
             out.append((self.torch.cat(keys, dim=1), self.torch.cat(values, dim=1)))
         return out
 
-    def _copy_cached(self, layers, row: int, offset: int, entry: _Entry, reused: int) -> None:
-        """Write the row's private cached tokens (those of the first `reused` beyond its shared
-        base, which stays in the tree) into buffer row `row` from `offset`."""
-        rest = reused - min(entry.base, reused)
+    def _copy_cached(self, layers, row: int, offset: int, entry: _Entry, reused: int, prefix: int) -> None:
+        """Write the row's cached tokens after its group's prefix into buffer row `row` from
+        `offset`: the tree tokens [prefix, shared) of its chain, then its private ones up to `reused`."""
+        shared = min(entry.base, reused)
+        for nd in entry.node.chain():
+            a, b = max(nd.start, prefix), min(nd.end, shared)
+            if a < b:
+                at = offset + a - prefix
+                for (kb, vb), (k, v) in zip(layers, nd.kv):
+                    kb[row, :, at : at + b - a] = k[0, :, a - nd.start : b - nd.start]
+                    vb[row, :, at : at + b - a] = v[0, :, a - nd.start : b - nd.start]
+        rest = reused - shared
         if rest > 0:
+            at = offset + shared - prefix
             for (kb, vb), (k, v) in zip(layers, entry.own_kv):
-                kb[row, :, offset : offset + rest] = k[0, :, :rest]
-                vb[row, :, offset : offset + rest] = v[0, :, :rest]
+                kb[row, :, at : at + rest] = k[0, :, :rest]
+                vb[row, :, at : at + rest] = v[0, :, :rest]
 
     def _copy_out(self, layers, row, cached_max, window, suffix_len, entry: _Entry, reused, shared, tokens) -> _Entry:
         """The row's new private cache: everything after its shared base, pad slots dropped."""

@@ -117,6 +117,12 @@ class HFModel:
         # vLLM text completion: the tokenizer's default special tokens (BOS where the model has one).
         return list(self.tokenizer(prompt)["input_ids"])
 
+    def encode_all(self, prompts: list[str]) -> list[list[int]]:
+        """encode() of each prompt, in one batch call (the tokenizer's threads share the work)."""
+        if not prompts:
+            return []
+        return [list(ids) for ids in self.tokenizer(prompts)["input_ids"]]
+
     def decode(self, tokens) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
