@@ -16,7 +16,7 @@ import pytest
 from rlbench.fileio.jsonio import read_jsonl
 from rlbench.tasks import get_task
 from rlbench.tasks.alfworld import VALID_UNSEEN_MIX, equal_counts, mix_counts, public
-from rlbench.tasks.alfworld.rollout import play_episodes
+from rlbench.tasks.alfworld.rollout import TRANSLATIONS, play_episodes
 from rlbench.tasks.base import EvalContext, new_salt, public_metrics
 
 TYPES = sorted(VALID_UNSEEN_MIX)
@@ -330,11 +330,67 @@ def test_the_expert_plan_wins_every_heldout_game_and_a_later_evaluation_reuses_t
     assert 1 <= first.metrics["mean_steps"] <= 50
     shown = public_metrics(first.to_dict())
     assert shown["metrics"]["per_type_success"] and "items" not in shown
-    pool = shared_pool(2)
+    stored = splits["eval"] / TRANSLATIONS  # prepare_eval's: both translations of every game
+    assert len(list(stored.glob("*.pickle"))) == 2 * len(rows)
+    pool = shared_pool(2, stored)
     reused = sum(pool.reused)
     later = evaluate(splits, ExpertPolicy(games))
-    assert shared_pool(2) is pool and sum(pool.reused) - reused == len(rows)
+    assert shared_pool(2, stored) is pool and sum(pool.reused) - reused == len(rows)
     assert later.items == first.items and later.score == 100.0
+
+
+def test_a_stored_translation_answers_instead_of_the_translator(tmp_path, monkeypatch):
+    """public._stored: where TRANSLATIONS_ENV names a folder holding the translation of exactly
+    these inputs (domain, problem, optimised or not), it is read and the translator is not called;
+    any other input is translated as usual; without the variable nothing is read."""
+    calls = []
+
+    def translator(domain, problem, verbose=False, optimize=False):
+        calls.append((domain, problem, optimize))
+        return ("translated", domain, problem, optimize)
+
+    stored = public._stored(translator)
+    path = public.translation_path(tmp_path, "(domain)", "(problem)", optimize=True)
+    path.write_bytes(__import__("pickle").dumps(("stored",)))
+    monkeypatch.delenv(public.TRANSLATIONS_ENV, raising=False)
+    assert stored("(domain)", "(problem)", optimize=True)[0] == "translated" and len(calls) == 1
+    monkeypatch.setenv(public.TRANSLATIONS_ENV, str(tmp_path))
+    assert stored("(domain)", "(problem)", optimize=True) == ("stored",) and len(calls) == 1
+    assert stored("(domain)", "(problem)", optimize=False)[0] == "translated"  # the other translation
+    assert stored("(domain)", "(other problem)", optimize=True)[0] == "translated" and len(calls) == 3
+
+
+def test_environment_workers_play_from_stored_translations(splits, tmp_path):
+    """store_translations writes both translations of each game; workers given the folder read
+    them (a game whose stored files are another game's starts as that other game would, so the
+    files really are what the worker used) and play exactly as workers that translate."""
+    rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))
+    a, b = (str(splits["eval"] / row["game"]) for row in (rows[0], rows[-1]))
+    plan = json.loads(Path(a).read_text())["walkthrough"]
+    store = tmp_path / "store"
+    assert public.store_translations([a, b], store) == 4 and public.store_translations([a], store) == 0
+
+    def play(translations) -> list:
+        with public.EnvPool(workers=1, translations=translations) as pool:
+            observation, info = pool.reset({"a": a})["a"]
+            trace = [[observation, info["admissible_commands"]]]
+            for action in plan:
+                observation, won, done, info = pool.step({"a": action})["a"]
+                trace.append([observation, won, done, info["admissible_commands"]])
+        return trace
+
+    translated = play(None)
+    assert translated[-1][1] and translated[-1][2]  # the walkthrough wins
+    assert play(store) == translated
+    swapped = tmp_path / "swapped"  # a's file names holding b's translations
+    swapped.mkdir()
+    for optimize in (False, True):
+        data_a, data_b = (json.loads(Path(game).read_text()) for game in (a, b))
+        theirs = public.translation_path(store, data_b["pddl_domain"], data_b["pddl_problem"], optimize)
+        mine = public.translation_path(swapped, data_a["pddl_domain"], data_a["pddl_problem"], optimize)
+        mine.write_bytes(theirs.read_bytes())
+    with public.EnvPool(workers=1, translations=swapped) as pool:
+        assert pool.reset({"a": a})["a"][0] != translated[0][0]
 
 
 def test_the_pool_reports_a_failing_request_and_carries_on(splits, tmp_path):

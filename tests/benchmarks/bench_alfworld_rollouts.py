@@ -2,11 +2,14 @@
 
     .venv/bin/python tests/benchmarks/bench_alfworld_rollouts.py [--model tiny|smollm2-135m-instruct]
         [--model-dir DIR] [--later-model-dir DIR] [--games-dir DIR] [--episodes 50] [--max-steps 50]
-        [--max-new-tokens 100] [--workers 2] [--threads N] [--skip-reference] [--skip-later] [--json OUT.json]
+        [--max-new-tokens 100] [--workers 2] [--threads N] [--skip-reference] [--skip-later] [--no-translations]
+        [--json OUT.json]
 
 Plays the same held-out-style episodes with two checkpoints, as the grader's evaluation worker
 does for successive submissions:
-- first evaluation: the model, a fresh environment pool (every game built for the first time);
+- first evaluation: the model, a fresh environment pool (every game built for the first time,
+  its Fast Downward translation read from the store the evaluation split's preparation writes,
+  public.store_translations; --no-translations: translated in the worker);
 - later evaluation: ANOTHER checkpoint (the same model definition with other weights: --model's
   registry entry with seed + 1, or --later-model-dir) played with the environment pool kept warm
   from the first (rlbench.tasks.alfworld.rollout.shared_pool: each game in the worker that built
@@ -194,7 +197,7 @@ def _report(name: str, side: dict) -> None:
 def _evaluate(label: str, model_dir: Path, games: dict, args, skip_reference: bool) -> dict:
     """One evaluation of one checkpoint: ours on the shared pool (as the grader), then the reference."""
     generator = CachedBatchGenerator(model_dir, device="cpu")
-    pool = shared_pool(args.workers)
+    pool = shared_pool(args.workers, args.translations)
     busy, reused = pool.env_seconds, sum(pool.reused)
     ours = _play(f"{label}, ours", games, generator, pool, args, lockstep=True)
     ours["timings"]["env_worker_s"] = pool.env_seconds - busy
@@ -247,6 +250,8 @@ def main() -> None:
     parser.add_argument("--skip-reference", action="store_true", help="only time our side")
     parser.add_argument("--skip-later", action="store_true", help="only the first evaluation")
     parser.add_argument("--json", default=None, help="write every figure and episode here")
+    parser.add_argument("--no-translations", action="store_true",
+                        help="our side without the held-out games' stored translations (as before they were stored)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for both sides (default: torch's)")
     args = parser.parse_args()
     if args.threads:
@@ -260,6 +265,14 @@ def main() -> None:
         model_dir, later_dir = _model_dirs(args, tmp)
         games = _games(args, tmp)
         print(f"{len(games)} episodes, at most {args.max_steps} steps, {args.max_new_tokens} new tokens per step", flush=True)
+        args.translations = None
+        if not args.no_translations:
+            # As prepare_eval does for the held-out split, once, before any agent runs.
+            args.translations = tmp / "translations"
+            began = time.perf_counter()
+            public.store_translations(games.values(), args.translations)
+            print(f"translations stored for {len(games)} games in {time.perf_counter() - began:.1f} s "
+                  "(the evaluation split's preparation, outside every evaluation)", flush=True)  # fmt: skip
         try:
             evaluations["first evaluation"] = _evaluate("first evaluation", model_dir, games, args, args.skip_reference)
             if later_dir is not None and not args.skip_later:

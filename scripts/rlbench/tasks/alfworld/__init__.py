@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rlbench.fileio.jsonio import write_jsonl
 from rlbench.tasks.alfworld import public
-from rlbench.tasks.alfworld.rollout import ReActRollout, SuccessScorer
+from rlbench.tasks.alfworld.rollout import TRANSLATIONS, ReActRollout, SuccessScorer
 from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE, Task, require_salt, salt_fingerprint, salted_seed
 from rlbench.tasks.capacity import SplitCapacity
 from rlbench.tasks.parts import built_split
@@ -227,6 +227,11 @@ class ALFWorld(Task):
             raise RuntimeError(f"{len(shared)} held-out ALFWorld games are also training games: {shared[:5]}")
         train_pairs = {(row["task_type"], _object_of(row)) for row in train_rows}
         write_jsonl(eval_dir / EVAL_FILE, rows)
+        # The games' Fast Downward translations, stored once for every evaluation's resets (the
+        # grader's environment workers read them: public.store_translations).
+        if (eval_dir / TRANSLATIONS).exists():
+            shutil.rmtree(eval_dir / TRANSLATIONS)
+        public.store_translations([eval_dir / row["game"] for row in rows], eval_dir / TRANSLATIONS)
         result = {
             "eval_rows": len(rows),
             "eval_types": _count_types(rows),

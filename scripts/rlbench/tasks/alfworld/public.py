@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -209,6 +211,7 @@ def _memoise(function, size: int | None = None):
     argument bypasses it. size: at most that many answers, least recently used dropped."""
     cache: OrderedDict = OrderedDict()
 
+    @functools.wraps(function)
     def memoised(*args, **kwargs):
         key = (args, tuple(sorted(kwargs.items())))
         try:
@@ -226,12 +229,82 @@ def _memoise(function, size: int | None = None):
     return memoised
 
 
+#: a directory of stored Fast Downward translations (store_translations) that speed_up_textworld
+#: reads a game's translation from instead of computing it; EnvPool(translations=DIR) sets it in
+#: its workers. Only for directories this process's owner wrote: the files are pickles.
+TRANSLATIONS_ENV = "RLBENCH_ALFWORLD_TRANSLATIONS"
+
+
+@functools.lru_cache(maxsize=1)
+def _translator_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("fast-downward-textworld")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def translation_path(directory: str | Path, domain: str, problem: str, optimize: bool) -> Path:
+    """Where a (domain, problem, optimize) translation is stored: named by the hash of its inputs
+    and the translator's version, so that a stored file can only ever answer the same question."""
+    inputs = "\0".join([_translator_version(), "optimize" if optimize else "plain", domain, problem])
+    return Path(directory) / f"{hashlib.sha256(inputs.encode()).hexdigest()}.pickle"
+
+
+def store_translations(game_files, directory: str | Path) -> int:
+    """Compute and store (directory/<hash>.pickle) both Fast Downward translations that a reset of
+    each game needs (textworld's PddlState translates the game's PDDL domain and problem plain and
+    optimised), skipping those already there. Returns how many were written. The evaluation
+    stores its held-out games' once, before any agent runs, so that even a first evaluation's
+    resets skip the translation (about 2/3 of building a game)."""
+    import inspect
+
+    import fast_downward
+
+    translate = inspect.unwrap(fast_downward.pddl2sas)  # the translator itself, not the memo or the store
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for game_file in game_files:
+        data = json.loads(Path(game_file).read_text())
+        for optimize in (False, True):
+            path = translation_path(directory, data["pddl_domain"], data["pddl_problem"], optimize)
+            if path.exists():
+                continue
+            with contextlib.redirect_stdout(io.StringIO()):
+                result = translate(data["pddl_domain"], data["pddl_problem"], optimize=optimize)
+            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            partial.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(partial, path)
+            written += 1
+    return written
+
+
+def _stored(translate):
+    """`translate` (fast_downward.pddl2sas) answered from the TRANSLATIONS_ENV directory where the
+    translation is stored there; computed otherwise."""
+
+    @functools.wraps(translate)
+    def stored(domain, problem, verbose=False, optimize=False):
+        directory = os.environ.get(TRANSLATIONS_ENV)
+        if directory and not verbose:
+            try:
+                return pickle.loads(translation_path(directory, domain, problem, optimize).read_bytes())
+            except FileNotFoundError:
+                pass
+        return translate(domain, problem, verbose=verbose, optimize=optimize)
+
+    return stored
+
+
 def speed_up_textworld() -> None:
     """Memoise two pure functions of the engine that it recomputes over and over:
     - textworld's grammar-template parser (about 70 % of a step's time re-parses the same templates);
     - Fast Downward's PDDL -> SAS translation of a game (about 80 % of a reset: every reset builds
       the game's planning state twice, each translating the problem twice, and every episode of
-      the same game translates the same text again).
+      the same game translates the same text again), read from stored translations where the
+      TRANSLATIONS_ENV directory holds them (store_translations).
     Idempotent; outcomes are identical (tested). Call before creating envs."""
     global _SPED_UP
     if _SPED_UP:
@@ -244,7 +317,8 @@ def speed_up_textworld() -> None:
         module._parse_and_convert = _memoise(module._parse_and_convert)
     # The translation's result (the parsed task, read only afterwards, and the SAS text) depends
     # on the domain and problem texts alone; textworld's PddlState looks it up on the module.
-    fast_downward.pddl2sas = _memoise(fast_downward.pddl2sas, TRANSLATION_CACHE_SIZE)
+    # Stored translations (store_translations) are read instead where TRANSLATIONS_ENV names them.
+    fast_downward.pddl2sas = _memoise(_stored(fast_downward.pddl2sas), TRANSLATION_CACHE_SIZE)
     _SPED_UP = True
 
 
@@ -516,12 +590,19 @@ class EnvPool:
     reset() and step() wait for their answers. Without waiting: send_reset() / send_step() submit
     (each reset on its own, so that its answer comes back as soon as that game is built; a worker
     serves steps before resets it received earlier), and receive() collects whatever answers have
-    arrived: key -> (observation, info) after a reset, (observation, won, done, info) after a step."""
+    arrived: key -> (observation, info) after a reset, (observation, won, done, info) after a step.
 
-    def __init__(self, workers: int = 1, python: str | None = None, env: dict | None = None, nice: int = WORKER_NICENESS):
+    translations: a directory of stored translations (store_translations) the workers read games'
+    translations from (a game not stored there is translated as usual)."""
+
+    def __init__(self, workers: int = 1, python: str | None = None, env: dict | None = None, nice: int = WORKER_NICENESS,
+                 translations: str | Path | None = None):  # fmt: skip
         self.workers = max(1, int(workers))
+        self.translations = translations
         self._procs = []
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        if translations is not None:
+            child_env[TRANSLATIONS_ENV] = str(Path(translations).resolve())
         for _ in range(self.workers):
             self._procs.append(
                 subprocess.Popen(

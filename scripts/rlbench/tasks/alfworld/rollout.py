@@ -193,21 +193,25 @@ def _environment(settings: dict) -> dict:
     return settings.get("environment") or {}
 
 
-_SHARED_POOLS: dict = {}  # workers -> EnvPool, kept for the process's later evaluations
+#: the folder of the evaluation split holding its games' stored translations (prepare_eval)
+TRANSLATIONS = "translations"
+_SHARED_POOLS: dict = {}  # (workers, translations) -> EnvPool, kept for the process's later evaluations
 
 
-def shared_pool(workers: int):
-    """This process's environment pool of `workers` processes, started on first use and kept
-    for later evaluations (the grader's evaluation worker plays the same held-out games for every
-    submission: each game goes to the same worker, which resets its already-built env again).
-    A pool whose worker died is replaced; the pools close when the process exits."""
-    pool = _SHARED_POOLS.get(workers)
+def shared_pool(workers: int, translations: Path | None = None):
+    """This process's environment pool of `workers` processes (reading stored translations from
+    `translations`, if given), started on first use and kept for later evaluations (the grader's
+    evaluation worker plays the same held-out games for every submission: each game goes to the
+    same worker, which resets its already-built env again). A pool whose worker died is replaced;
+    the pools close when the process exits."""
+    slot = (workers, str(translations) if translations is not None else None)
+    pool = _SHARED_POOLS.get(slot)
     if pool is None or not pool.alive:
         if pool is not None:
             pool.close()
         if not _SHARED_POOLS:
             atexit.register(close_shared_pools)
-        pool = _SHARED_POOLS[workers] = public.EnvPool(workers=workers)
+        pool = _SHARED_POOLS[slot] = public.EnvPool(workers=workers, translations=translations)
     return pool
 
 
@@ -235,7 +239,8 @@ class ReActRollout:
         timings: dict = {}
 
         ctx.phase("environment")
-        pool = shared_pool(min(workers, max(1, len(rows))))
+        stored = Path(ctx.eval_dir) / TRANSLATIONS  # the held-out games' (prepare_eval)
+        pool = shared_pool(min(workers, max(1, len(rows))), stored if stored.is_dir() else None)
         games = game_files(rows, ctx.eval_dir)
         busy, reused = pool.env_seconds, sum(pool.reused)
         try:
@@ -250,7 +255,7 @@ class ReActRollout:
             )
         except BaseException:
             # An interrupted evaluation may leave answers in flight: the next one starts afresh.
-            _SHARED_POOLS.pop(pool.workers, None)
+            _SHARED_POOLS.pop(next((slot for slot, kept in _SHARED_POOLS.items() if kept is pool), None), None)
             pool.close()
             raise
         timings["env_worker_s"] = pool.env_seconds - busy
