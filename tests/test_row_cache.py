@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rlbench.generation import kv_buffer
 from rlbench.generation.full_prompt import FullPromptGenerator
 from rlbench.generation.prefix_cache import CachedBatchGenerator
 from rlbench.generation.row_cache import (
@@ -57,7 +58,27 @@ def test_lookup_draft_continues_the_latest_earlier_ngram():
     assert common_prefix((1, 2, 3, 4), (1, 2, 5)) == 2 and common_prefix((1, 2), (1, 2, 3)) == 2
 
 
-def test_rebuilt_prompts_answer_like_the_reference(model_dir, reference):
+@pytest.mark.parametrize("cached", [0, 1, 37])
+def test_causal_after_cache_attention_is_the_masked_one(cached):
+    """One row's new tokens after its cache: the cached columns unmasked plus the new ones causal,
+    merged by log-sum-exp, give the masked SDPA's result (grouped-query heads, 3 per KV head)."""
+    import torch
+
+    torch.manual_seed(0)
+    q, heads, kv_heads, dim = 23, 6, 2, 16
+    query = torch.randn(1, heads, q, dim)
+    key, value = torch.randn(1, kv_heads, cached + q, dim), torch.randn(1, kv_heads, cached + q, dim)
+    rows, cols = torch.arange(cached, cached + q), torch.arange(cached + q)
+    mask = (cols[None, :] <= rows[:, None])[None, None]
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)
+    got = kv_buffer._attend_causal_after_cache(query, key, value, dim**-0.5)  # [1, q, heads, dim]
+    assert torch.allclose(got.transpose(1, 2), expected, atol=1e-5), (got.transpose(1, 2) - expected).abs().max()
+
+
+def test_rebuilt_prompts_answer_like_the_reference(model_dir, reference, monkeypatch):
+    split = []
+    real = kv_buffer._attend_causal_after_cache
+    monkeypatch.setattr(kv_buffer, "_attend_causal_after_cache", lambda *a: split.append(a[0].shape[2]) or real(*a))
     ours = RowCachedGenerator(model_dir, device="cpu")
     histories = {key: [] for key in range(3)}
     stops = [["\n"], None, [" the", "\n"], ["\n"], None, ["\n"]]
@@ -77,6 +98,7 @@ def test_rebuilt_prompts_answer_like_the_reference(model_dir, reference):
     assert stats["prompt_tokens_computed"] + stats["prompt_tokens_reused"] == stats["prompt_tokens"]
     assert stats["prompt_tokens_reused"] > 0.25 * stats["prompt_tokens"], stats  # the sliding window: 31%
     assert set(ours.entries) == {1, 2, 7}
+    assert split and max(split) > 1, "the prompts' new tokens were not computed as causal-after-cache"
 
 
 def test_drafts_save_forwards_and_change_nothing(model_dir, reference):

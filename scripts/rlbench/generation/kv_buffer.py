@@ -1,7 +1,8 @@
 """The batch KV buffer of CachedBatchGenerator on transformers: a cache layer over a preallocated
 buffer (written in place), the cache made of such layers, and the masked grouped-query attention
 the model is switched to (explicit 4D boolean masks without repeating K/V per head), which can
-also attend to prefixes shared by groups of rows (SharedPrefix), read once per group."""
+also attend to prefixes shared by groups of rows (SharedPrefix), read once per group, or, for one
+row fed after its cache (causal_after_cache), skip the masked half instead of reading a mask."""
 
 from __future__ import annotations
 
@@ -90,17 +91,35 @@ def attending_to(prefix: SharedPrefix | None):
         _PREFIX.reset(token)
 
 
+_CAUSAL_AFTER_CACHE: contextvars.ContextVar = contextvars.ContextVar("rlbench_causal_after_cache", default=False)
+
+
+@contextlib.contextmanager
+def causal_after_cache():
+    """Forwards run inside feed one row of q new tokens after its cache, with the mask that says
+    exactly that (every cached token visible to all, the new ones causal among themselves): on
+    CPU the attention is computed as that structure (_attend_causal_after_cache), the mask unread."""
+    token = _CAUSAL_AFTER_CACHE.set(True)
+    try:
+        yield
+    finally:
+        _CAUSAL_AFTER_CACHE.reset(token)
+
+
 def _masked_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """SDPA with an explicit (4D boolean) mask and grouped-query attention done by the kernel:
     transformers' own SDPA path repeats K/V per query head whenever a mask is given, copying the
     whole cache three times per layer and decoded token (SmolLM2); this reads it in place. Inside
-    attending_to(prefix), each row also attends to its group's shared prefix (_attend_with_prefix)."""
+    attending_to(prefix), each row also attends to its group's shared prefix (_attend_with_prefix);
+    inside causal_after_cache(), one row's new tokens skip the causal mask's empty half."""
     import torch
 
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     prefix = _PREFIX.get()
     if prefix is not None:
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return _attend_with_prefix(query, key, value, attention_mask, scale, prefix, module.layer_idx), None
+    if _CAUSAL_AFTER_CACHE.get() and query.shape[0] == 1 and query.shape[2] > 1 and _cpu_flash(query):
+        return _attend_causal_after_cache(query, key, value, scale), None
     output = torch.nn.functional.scaled_dot_product_attention(
         query,
         key,
@@ -114,13 +133,44 @@ def _masked_gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, sca
     return output.transpose(1, 2).contiguous(), None
 
 
+def _cpu_flash(query) -> bool:
+    import torch
+
+    return query.device.type == "cpu" and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+
+
+def _attend_causal_after_cache(query, key, value, scale: float):
+    """One row's q new tokens (query [1, H, q, d]) over its key/value [1, kv_heads, L, d], the last
+    q of which are those tokens': the L - q cached columns, visible to every new token, in one
+    unmasked call (query heads grouped by their KV head, no K/V repeated), and the new tokens among
+    themselves in one causal call (the kernel skips the blocks above the diagonal, where a masked
+    call computes the whole rectangle and reads the mask), merged by their log-sum-exps: one
+    softmax over both, the masked call's result up to rounding. Returns [1, q, H, d]."""
+    import torch
+
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    batch, heads, q, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    rep, cached = heads // kv_heads, length - q
+    new_keys = key[:, :, cached:].repeat_interleave(rep, dim=1)
+    new_values = value[:, :, cached:].repeat_interleave(rep, dim=1)
+    out, lse = flash(query, new_keys, new_values, 0.0, True, scale=scale)
+    if cached:
+        grouped = query.reshape(batch, kv_heads, rep * q, dim)
+        old, old_lse = flash(grouped, key[:, :, :cached], value[:, :, :cached], 0.0, False, scale=scale)
+        old, old_lse = old.reshape(batch, heads, q, dim), old_lse.reshape(batch, heads, q)
+        total = torch.logaddexp(old_lse, lse)
+        out = old * torch.exp(old_lse - total)[..., None] + out * torch.exp(lse - total)[..., None]
+    return out.transpose(1, 2).contiguous()
+
+
 def _attention_with_lse(query, key, value, bias, scale: float):
     """Softmax attention of query [N, h, m, d] over key/value [N, h, L, d] with an additive bias
     [N, 1, m, L] (-inf: masked) or None: (output [N, h, m, d], log-sum-exp of the scores [N, h, m]).
     On CPU, the fused flash kernel SDPA itself runs (it also returns the log-sum-exp)."""
     import torch
 
-    if query.device.type == "cpu" and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+    if _cpu_flash(query):
         output, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, 0.0, False, attn_mask=bias, scale=scale
         )

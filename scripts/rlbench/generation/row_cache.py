@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from rlbench.generation.backends import cut_at_stop
+from rlbench.generation.kv_buffer import causal_after_cache, use_masked_gqa_sdpa
 from rlbench.generation.textgen_base import HFModel, TextGenerator, common_prefix, contains_stop, new_stats
 
 #: draft tokens proposed per forward, and the longest n-gram looked up
@@ -77,6 +78,7 @@ class RowCachedGenerator(TextGenerator):
         if (model_dir is None) == (hf is None):
             raise ValueError("RowCachedGenerator takes a model directory or a loaded HFModel (hf=), not both")
         self.hf = hf if hf is not None else HFModel(model_dir, device=device, dtype=dtype)
+        use_masked_gqa_sdpa(self.hf.model)  # the 4D boolean masks below, and causal_after_cache
         self.torch = self.hf.torch
         self.draft_tokens = draft_tokens
         self.entries: dict = {}
@@ -140,14 +142,15 @@ class RowCachedGenerator(TextGenerator):
         cols = torch.arange(start + q, device=device)
         rows = torch.arange(start, start + q, device=device)
         mask = (cols[None, :] <= rows[:, None])[None, None]  # causal, the cached part visible to all
-        out = self.hf.model(
-            input_ids=torch.tensor([fed], dtype=torch.long, device=device),
-            attention_mask=mask,
-            position_ids=rows[None],
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=keep,
-        )
+        with causal_after_cache():  # that structure computed as such (on CPU) instead of the mask read
+            out = self.hf.model(
+                input_ids=torch.tensor([fed], dtype=torch.long, device=device),
+                attention_mask=mask,
+                position_ids=rows[None],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=keep,
+            )
         self.stats["forward_calls"] += 1
         return out.logits[0]
 
