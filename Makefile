@@ -79,7 +79,7 @@ setup-agents-for-tests: setup
 	@$(BIN)/rlbench setup-agents || echo "note: some agent tools could not be installed (see above); their tests are skipped"
 
 # The default tier (pyproject.toml's addopts: not slow, not cluster): what to run after a change,
-# 15 to 22 minutes on 2 cores once set up, depending on the machine. The setup's time is printed on its own.
+# 15 to 24 minutes on 2 cores once set up, depending on the machine. The setup's time is printed on its own.
 test: setup setup-agents-for-tests
 	@echo "setup done in $$(( $$(date +%s) - $(MAKE_START) )) s; running the default test tier (make test-all: every test)"
 	$(BIN)/python -m pytest
