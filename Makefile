@@ -3,6 +3,10 @@
 VENV ?= .venv
 PYTHON ?= python3
 CORES ?= 2
+# Test processes of `make test` and `make test-all` (pytest-xdist workers; tests/conftest.py keeps the
+# tests of a module that share its fixtures on one worker and runs the background sweeps once):
+# TEST_WORKERS=0 runs every test in pytest's own process, one at a time.
+TEST_WORKERS ?= $(CORES)
 # A sweep config other than the embedded default: `make run CONFIG=my.yaml`, and the same CONFIG
 # for resume, dry-run, rerun-agent and report, or they act on the default sweep. Checked here, so
 # that a wrong path stops make (even `make -n`) before Snakemake starts.
@@ -82,12 +86,12 @@ setup-agents-for-tests: setup
 # 15 to 24 minutes on 2 cores once set up, depending on the machine. The setup's time is printed on its own.
 test: setup setup-agents-for-tests
 	@echo "setup done in $$(( $$(date +%s) - $(MAKE_START) )) s; running the default test tier (make test-all: every test)"
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # Every test: the default tier, the slow tier and the SLURM cluster test (an empty -m selects all).
 test-all: setup setup-agents-for-tests
 	@echo "setup done in $$(( $$(date +%s) - $(MAKE_START) )) s; running every test"
-	$(BIN)/python -m pytest -m ""
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m ""
 
 lint: setup
 	$(BIN)/snakemake --lint

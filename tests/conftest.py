@@ -119,25 +119,56 @@ def background_sweeps_read(item: pytest.Item) -> set[str]:
     return set(BACKGROUND_SWEEPS) & set(getattr(item, "fixturenames", ()))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(session, config, items):
     """Tests that read a background sweep run last, in their own order: first those of the session
-    sweep, then those of the slow tier's sweeps, so that the others fill the cores meanwhile."""
+    sweep, then those of the slow tier's sweeps, so that the others fill the cores meanwhile.
+
+    Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), a test that uses a module- or
+    class-scoped fixture goes with the other tests of its module that use one, to the same worker, so
+    that such a fixture (a split of generated games, a grader) is built once, not once per worker."""
     def group(item: pytest.Item) -> int:
         read = background_sweeps_read(item)
         return 2 if read - {"session_sweep"} else 1 if read else 0
 
     items.sort(key=group)
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        definitions = getattr(item, "_fixtureinfo", None)
+        scopes = {d.scope for defs in (definitions.name2fixturedefs.values() if definitions else ()) for d in defs}
+        if scopes & {"module", "class", "package"}:
+            # A sweep's readers apart from the module's others: they run last (the order above).
+            suffix = " (after the sweeps)" if group(item) else ""
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ + suffix))
+
+
+def shared_temp(tmp_path_factory) -> Path:
+    """The session's temporary directory that every pytest-xdist worker of the session sees (each has
+    its own basetemp under it); the basetemp itself without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+INTERRUPTED = []  # set by pytest_keyboard_interrupt: the owner of the sweeps stops them at once
+
+
+def pytest_keyboard_interrupt(excinfo):
+    INTERRUPTED.append(True)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def background_sweeps(request, tmp_path_factory):
     """Starts, as the session starts, each background sweep a selected test reads; stops them (their
-    whole process groups) at the session's end."""
+    whole process groups) at the session's end. Under pytest-xdist one worker runs them (the first to
+    claim them) and the others read their outcome (support.workflow.SharedSweep); that worker, at its
+    end, waits for them to end before it stops them, since the tests reading them may be on another."""
     from support.workflow import (
         CONTROL_TASK,
         CONTROLS_PLAN,
         SESSION_PLAN,
         BackgroundSweep,
+        SharedSweep,
         control_config,
         copy_sweep,
         make_workdir,
@@ -149,9 +180,19 @@ def background_sweeps(request, tmp_path_factory):
     # The session's base temporary directory, made here, before any sweep's thread asks for one: pytest creates
     # it on first use, and a thread racing the first test's tmp_path for it fails its mktemp ("is not a
     # normalized and relative path", seen on a fresh clone).
-    tmp_path_factory.getbasetemp()
+    shared = shared_temp(tmp_path_factory)
+    names = [name for name in BACKGROUND_SWEEPS if name in read or (name == "session_sweep" and "controls_sweep" in read)]
+    if not names:
+        yield {}
+        return
+    try:
+        os.close(os.open(shared / "background-sweeps.owner", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:  # another worker of this session runs them
+        yield {name: SharedSweep(name.replace("_", " "), shared / f"{name}.json") for name in names}
+        return
+
     sweeps: dict[str, BackgroundSweep] = {}
-    if read & {"session_sweep", "controls_sweep"}:
+    if "session_sweep" in names:
         sweeps["session_sweep"] = BackgroundSweep(
             "session sweep",
             lambda: make_workdir(tmp_path_factory.mktemp("session-sweep"), session_config()),
@@ -159,26 +200,33 @@ def background_sweeps(request, tmp_path_factory):
             # The tests in front come first; the sweep takes what they leave (it has minutes to spare
             # before its readers, and its timed agent runs have budgets far above their needs).
             nice=5,
+            record=shared / "session_sweep.json",
         )
-    if "controls_sweep" in read:
+    if "controls_sweep" in names:
         session = sweeps["session_sweep"]
         sweeps["controls_sweep"] = BackgroundSweep(
             "control sweep",
             lambda: copy_sweep(session.result(), tmp_path_factory.mktemp("controls") / "sweep", [CONTROL_TASK], control_config()),
             CONTROLS_PLAN,
             after=session,
+            record=shared / "controls_sweep.json",
         )
-    if "smollm2_gsm8k_sweep" in read:
+    if "smollm2_gsm8k_sweep" in names:
         # After the others: one background sweep at a time, so that the controls' agents keep their pace.
         sweeps["smollm2_gsm8k_sweep"] = BackgroundSweep(
             "SmolLM2 GSM8K sweep",
             lambda: make_workdir(tmp_path_factory.mktemp("smollm2-gsm8k"), smollm2_gsm8k_config()),
             {"run_agent": 1},
             after=list(sweeps.values())[-1] if sweeps else None,
+            record=shared / "smollm2_gsm8k_sweep.json",
         )
     try:
         yield sweeps
     finally:
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            for sweep in sweeps.values():
+                while not INTERRUPTED and not sweep.record.exists() and time.time() < sweep.deadline:
+                    time.sleep(1)
         for sweep in sweeps.values():
             sweep.stop()
 
@@ -213,3 +261,4 @@ def registries() -> Registries:
 def default_config() -> dict:
     """The embedded default sweep's config (config/config.yaml), a fresh copy per test."""
     return read_default_config()
+

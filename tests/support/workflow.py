@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -61,8 +62,9 @@ class BackgroundSweep:
     tests that read this sweep."""
 
     def __init__(self, name: str, setup, expect: dict[str, int], after: "BackgroundSweep | None" = None,
-                 nice: int = 0, timeout_s: float = 2400):
+                 nice: int = 0, timeout_s: float = 2400, record: Path | None = None):
         self.name, self.setup, self.expect, self.after, self.nice = name, setup, expect, after, nice
+        self.record = record  # where its outcome goes once it has ended, for other pytest processes (SharedSweep)
         self.deadline = time.time() + timeout_s
         self.workdir: Path | None = None
         self.proc: subprocess.Popen | None = None
@@ -93,6 +95,18 @@ class BackgroundSweep:
                     )
         except BaseException as exc:  # reported by result(), in the tests that read this sweep
             self.error = f"{type(exc).__name__}: {exc}"
+        if self.record is not None:
+            self._write_record()
+
+    def _write_record(self) -> None:
+        """Once the sweep has ended (or could not start): its workdir or its failure, as result() says it."""
+        try:
+            outcome = {"workdir": str(self._ended()), "error": None}
+        except AssertionError as exc:
+            outcome = {"workdir": None, "error": str(exc)}
+        tmp = self.record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(outcome))
+        tmp.replace(self.record)
 
     def wait(self) -> None:
         """Until the sweep has ended, whatever its outcome."""
@@ -103,6 +117,10 @@ class BackgroundSweep:
 
     def result(self) -> Path:
         self._thread.join(max(1.0, self.deadline - time.time()))
+        return self._ended()
+
+    def _ended(self) -> Path:
+        """result() once the starting thread is done (or from that thread itself)."""
         if self.error is not None or self.proc is None:
             raise AssertionError(f"the {self.name} was not started: {self.error or 'it did not start in time'}")
         log = self.workdir / "sweep.log"
@@ -125,6 +143,37 @@ class BackgroundSweep:
             except ProcessLookupError:
                 pass
             proc.wait()
+
+
+class SharedSweep:
+    """A BackgroundSweep that another pytest process runs (pytest-xdist's workers share one of each):
+    result() and wait() as BackgroundSweep's, from the outcome that sweep writes to `record` once it ends."""
+
+    def __init__(self, name: str, record: Path, timeout_s: float = 2400):
+        self.name, self.record = name, record
+        self.deadline = time.time() + timeout_s
+
+    def _outcome(self) -> dict:
+        while not self.record.exists():
+            if time.time() > self.deadline:
+                raise AssertionError(f"the {self.name} (run by another test process) did not end in time")
+            time.sleep(1)
+        return json.loads(self.record.read_text())
+
+    def wait(self) -> None:
+        try:
+            self._outcome()
+        except AssertionError:
+            pass
+
+    def result(self) -> Path:
+        outcome = self._outcome()
+        if outcome["error"] is not None:
+            raise AssertionError(outcome["error"])
+        return Path(outcome["workdir"])
+
+    def stop(self) -> None:
+        """Nothing to stop here: the process that runs it does."""
 
 
 def planned_jobs(workdir: Path) -> dict[str, int]:
