@@ -6,6 +6,8 @@ CORES ?= 2
 # Test processes of `make test` and `make test-all` (pytest-xdist workers; tests/conftest.py keeps the
 # tests of a module that share its fixtures on one worker and runs the background sweeps once):
 # TEST_WORKERS=0 runs every test in pytest's own process, one at a time.
+# --no-loadscope-reorder keeps the collection's order (tests/conftest.py puts the background sweeps' readers
+# last); xdist would otherwise send the largest groups first, readers included, to wait for the sweeps.
 TEST_WORKERS ?= $(CORES)
 # A sweep config other than the embedded default: `make run CONFIG=my.yaml`, and the same CONFIG
 # for resume, dry-run, rerun-agent and report, or they act on the default sweep. Checked here, so
@@ -86,12 +88,12 @@ setup-agents-for-tests: setup
 # 15 to 24 minutes on 2 cores once set up, depending on the machine. The setup's time is printed on its own.
 test: setup setup-agents-for-tests
 	@echo "setup done in $$(( $$(date +%s) - $(MAKE_START) )) s; running the default test tier (make test-all: every test)"
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Every test: the default tier, the slow tier and the SLURM cluster test (an empty -m selects all).
 test-all: setup setup-agents-for-tests
 	@echo "setup done in $$(( $$(date +%s) - $(MAKE_START) )) s; running every test"
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m ""
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m ""
 
 lint: setup
 	$(BIN)/snakemake --lint
