@@ -136,6 +136,33 @@ def test_rows_finishing_early_are_retired(model_dir, reference):
     assert ours.stats["prompt_tokens_reused"] > ours.stats["prompt_tokens_computed"]
 
 
+def test_drafts_in_the_batch_save_forwards_and_change_nothing(model_dir, reference):
+    """Prompt-lookup drafts while decoding a batch (rows accepting different numbers of draft tokens,
+    the rejected ones' columns left as holes) and a lone row (longer drafts): the reference's
+    completions, also cut at stop strings, fewer forwards than undrafted, and the caches kept
+    across calls (holes left out) answer the next calls like the reference."""
+    drafted = CachedBatchGenerator(model_dir, device="cpu")
+    undrafted = CachedBatchGenerator(model_dir, device="cpu", draft_tokens=0)
+    prompts = {
+        "mat": "Question: the cat sat on the mat. The cat sat on the mat. The cat sat on the",
+        "digits": "1 2 3 4 5 6 7 1 2 3 4 5 6 7 1 2 3",
+        "room": "You are in the middle of a room. Looking quickly around you, you see a cabinet 4, a desk 2.\n> go to",
+        "alone": "On the desk 1, you see a pen 2, a apple",
+    }
+    stop = [" apple apple", "77777"]
+    for step in range(3):
+        expected = reference.generate(prompts, 24, stop)
+        assert drafted.generate(prompts, 24, stop) == expected, f"step {step}"
+        assert undrafted.generate(prompts, 24, stop) == expected, f"step {step}"
+        prompts = {key: prompt + expected[key] + f" {step}" for key, prompt in prompts.items()}
+    lone = {"alone": prompts["alone"]}  # one row: its drafts run to draft_tokens
+    assert drafted.generate(lone, 40, None) == reference.generate(lone, 40, None)
+    stats = drafted.stats
+    assert stats["draft_tokens_accepted"] > 0, stats
+    assert stats["forward_calls"] < undrafted.stats["forward_calls"], (stats, undrafted.stats)
+    assert undrafted.stats["draft_tokens"] == 0
+
+
 def test_edited_and_repeated_prompts(model_dir, reference):
     """Cached state is only reused up to the longest common token prefix: shortened, edited and
     identical prompts all answer like the reference."""
@@ -215,7 +242,8 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_cache():
 def test_shared_prefix_groups_are_chosen_by_cost(model_dir, reference, group_cost):
     """Rows whose prompts share a few-shot prefix attend to one copy of it where a group is worth its
     cost: free groups (0) keep every shared prefix out of the batch buffer (its capacity stays below
-    the prefix's length); priceless ones (10**9) put it into every row's columns. Same answers."""
+    the prefix's length, its room for drafts aside); priceless ones (10**9) put it into every row's
+    columns. Same answers."""
     ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16, group_cost=group_cost)
     capacities = []
     allocate = ours._alloc
@@ -231,7 +259,7 @@ def test_shared_prefix_groups_are_chosen_by_cost(model_dir, reference, group_cos
         expected = reference.generate(prompts, 6, ["\n"])
         assert ours.generate(prompts, 6, ["\n"]) == expected, f"step {step}"
         prompts = {key: prompt + history_entry(clean_action(expected[key]), "Nothing happens.") for key, prompt in prompts.items()}
-    batch_calls = [capacity for batch, capacity in capacities if batch == 6]
+    batch_calls = [capacity - ours.draft_slack for batch, capacity in capacities if batch == 6]
     assert len(batch_calls) == 2, capacities
     assert all((capacity < prefix) == (group_cost == 0) for capacity in batch_calls), (capacities, prefix)
 

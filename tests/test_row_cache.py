@@ -13,8 +13,8 @@ from rlbench.generation.row_cache import (
     RowCachedGenerator,
     TurnLengthSwitch,
     for_rebuilt_prompts,
-    lookup_draft,
 )
+from rlbench.generation.prompt_lookup import lookup_draft
 from rlbench.generation.textgen_base import common_prefix
 from rlbench.models.materialise import prepare_model
 
@@ -54,7 +54,10 @@ def test_lookup_draft_continues_the_latest_earlier_ngram():
     assert lookup_draft((1, 2, 3, 7, 2, 3, 8, 5, 3), 2) == [8, 5]  # the latest 1-gram (3) wins
     assert lookup_draft((1, 2, 3, 4, 5, 9, 7), 3) == []  # nothing occurs earlier
     assert lookup_draft((1, 2, 1), 0) == []
-    assert lookup_draft((1, 256, 0, 1), 5) == [256, 0, 1]  # byte matches across tokens do not count
+    assert lookup_draft((1, 256, 0, 1), 3) == [256, 0, 1]  # byte matches across tokens do not count
+    # A continuation reaching the end goes on copying itself: a repetition of period 3 drafted on.
+    assert lookup_draft((9, 1, 2, 3, 1, 2, 3), 8) == [1, 2, 3, 1, 2, 3, 1, 2]
+    assert lookup_draft((1, 256, 0, 1), 5) == [256, 0, 1, 256, 0]
     assert common_prefix((1, 2, 3, 4), (1, 2, 5)) == 2 and common_prefix((1, 2), (1, 2, 3)) == 2
 
 

@@ -5,7 +5,9 @@ All prompts of a call go in one batched greedy decode (one forward per decoded t
 rows); the KV cache of each episode is kept between calls and reused up to the longest common
 *token* prefix of the new full-prompt tokenization, and prompt prefixes shared by several episodes
 (the few-shot examples) are computed and stored once, in a radix tree, and attended to once per
-group of rows sharing them.
+group of rows sharing them. Decoding checks prompt-lookup drafts (generation.prompt_lookup) in the
+same forwards: the greedy output, in fewer forwards where a completion copies its prompt or repeats
+itself.
 """
 
 from __future__ import annotations
@@ -15,11 +17,18 @@ from pathlib import Path
 
 from rlbench.generation.backends import cut_at_stop
 from rlbench.generation.kv_buffer import BufferLayer, SharedPrefix, attending_to, make_cache, use_masked_gqa_sdpa
+from rlbench.generation.prompt_lookup import lookup_draft
 from rlbench.generation.textgen_base import HFModel, TextGenerator, common_prefix, contains_stop, new_stats
 
 
 #: choose_prefix_lengths' cost of a group, in prefix tokens read per row times query heads x head_dim
 GROUP_COST_HEAD_DIMS = 64 * 4000
+#: prompt-lookup drafts while decoding: a row drafts at most DRAFT_TOKENS tokens, and a forward feeds
+#: at most DRAFT_FORWARD_TOKENS tokens in all (rows x (1 + draft)); on CPU a forward's cost grows
+#: with the tokens fed beyond a floor (SmolLM2-135M, 2 cores: batch 1 x 33 tokens ~ 10 x 5 ~ 2x one
+#: batch-1 token)
+DRAFT_TOKENS = 32
+DRAFT_FORWARD_TOKENS = 50
 
 
 class _Node:
@@ -147,13 +156,19 @@ class CachedBatchGenerator(TextGenerator):
     so rows share one only where that saves more than it costs (ALFWorld: the task type's few-shot
     prefix, not the few tokens games of one room share after it); the tree tokens after a row's
     group prefix are copied into its columns. Decoding is one forward per
-    token for all live rows; once `retire_fraction` of them have finished, those rows' caches are
-    copied out and the buffer is compacted to the others. At the end each row's private part is
-    copied out (pad slots dropped) and the buffers are freed.
+    step for all live rows, each feeding its last token and a prompt-lookup draft of what follows
+    (generation.prompt_lookup: at most `draft_tokens`, and `draft_forward_tokens` fed per forward
+    in all, so a lone row drafts long and a full batch little or nothing); a row keeps the draft
+    tokens that equal its greedy choices and the greedy token after them, so the output is the
+    greedy decoding's own. The columns every row rejected are written over by the next forward;
+    those only some rows rejected stay as masked holes, left out when a cache is copied out.
+    Once `retire_fraction` of the rows have finished, their caches are copied out and the buffer
+    is compacted to the others. At the end each row's private part is copied out (pad slots and
+    holes dropped) and the buffers are freed.
 
     Memory: at rest, the tree (each shared prefix once) plus each key's private tokens; during a
-    call, the batch buffer (rows x (longest private cached part + suffix window + max_new_tokens)
-    tokens) and one copy of each group's prefix.
+    call, the batch buffer (rows x (longest private cached part + suffix window + max_new_tokens
+    + draft_slack) tokens) and one copy of each group's prefix.
 
     stats["prompt_tokens_computed"] counts every prompt token run through the model, the shared
     prefixes' (tree) computation included; "prompt_tokens_reused" those taken from a cache.
@@ -170,12 +185,18 @@ class CachedBatchGenerator(TextGenerator):
         idle_prefix_tokens: int = 16384,
         retire_fraction: float = 0.5,
         group_cost: float | None = None,
+        draft_tokens: int = DRAFT_TOKENS,
+        draft_forward_tokens: int = DRAFT_FORWARD_TOKENS,
     ):
         self.hf = HFModel(model_dir, device=device, dtype=dtype)
         self.torch = self.hf.torch
         self.min_shared = min_shared
         self.idle_prefix_tokens = idle_prefix_tokens
         self.retire_fraction = retire_fraction
+        self.draft_tokens = draft_tokens
+        self.draft_forward_tokens = draft_forward_tokens
+        # buffer columns beyond the decoded tokens: the drafts, and the rejected drafts' columns
+        self.draft_slack = 4 * draft_tokens
         self.root = _Node(None, (), None)
         self.entries: dict = {}
         self.stats = new_stats()
@@ -290,7 +311,7 @@ class CachedBatchGenerator(TextGenerator):
                 vb[:, :, nd.start : nd.end] = v
         valid = torch.ones(1, start + n, dtype=torch.bool, device=self.hf.device)
         self._forward(layers, start, torch.tensor([segment], device=self.hf.device), valid,
-                      torch.arange(start, start + n, device=self.hf.device)[None], keep=False)
+                      torch.arange(start, start + n, device=self.hf.device)[None], keep=0)
         self.stats["prompt_tokens_computed"] += n
         return [(kb[:, :, start:].clone(), vb[:, :, start:].clone()) for kb, vb in layers]
 
@@ -324,10 +345,11 @@ class CachedBatchGenerator(TextGenerator):
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                 for _ in range(self.n_layers)]
 
-    def _forward(self, layers, length: int, input_ids, valid, position_ids, keep: bool = True, prefix=None):
+    def _forward(self, layers, length: int, input_ids, valid, position_ids, keep: int = 1, prefix=None):
         """One forward of `input_ids` [B, q] written at buffer columns [length, length + q); `valid`
         [B, length + q] says which columns each row may attend to (besides causality); `prefix`
-        (a kv_buffer.SharedPrefix) the shared prefixes the rows attend to before their columns."""
+        (a kv_buffer.SharedPrefix) the shared prefixes the rows attend to before their columns.
+        The logits of the last `keep` positions, [B, keep, vocab] (None for 0)."""
         torch = self.torch
         q = input_ids.shape[1]
         total = length + q
@@ -344,10 +366,10 @@ class CachedBatchGenerator(TextGenerator):
                 position_ids=position_ids,
                 past_key_values=cache,
                 use_cache=True,
-                logits_to_keep=1,
+                logits_to_keep=max(keep, 1),
             )
         self.stats["forward_calls"] += 1
-        return out.logits[:, -1, :] if keep else None
+        return out.logits[:, -keep:, :] if keep else None
 
     def _plan_row(self, key, tokens: list):
         """(entry, reused): the cache to start from for `tokens` and how many tokens of it to use."""
@@ -382,7 +404,8 @@ class CachedBatchGenerator(TextGenerator):
         batch = len(keys)
         cached_max = max(reused - prefix for _k, _e, reused, _s, _g, prefix in plans)
         window = max(len(ids[k]) - reused for k, _e, reused, _s, _g, _p in plans)
-        capacity = cached_max + window + max(max_new_tokens - 1, 0)
+        # (decoded tokens, and room for the drafts and for the columns of rejected ones)
+        capacity = cached_max + window + max(max_new_tokens - 1, 0) + self.draft_slack
         layers = self._alloc(batch, capacity)
         valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         input_ids = torch.full((batch, window), hf.pad_id, dtype=torch.long, device=device)
@@ -424,7 +447,9 @@ class CachedBatchGenerator(TextGenerator):
         length += window
         generated = [[] for _ in range(batch)]
         finished = [False] * batch
-        next_pos = torch.tensor([len(ids[k]) for k in keys], dtype=torch.long, device=device)
+        next_pos = [len(ids[k]) for k in keys]  # of each buffer row: the position its next fed token takes
+        drafts: list = [[] for _ in range(batch)]  # of each plan index: fed after its last generated token
+        width = 0  # columns of the last decode forward, from `length` (0: the prefill's window)
         results = {}
 
         def finish(index: int, buffer_row: int) -> None:
@@ -434,24 +459,40 @@ class CachedBatchGenerator(TextGenerator):
             results[key] = cut_at_stop(hf.decode(gen), stop)
             fed = gen[: len(gen) - 1]  # the last generated token was never fed (no KV)
             tokens = ids[key] + tuple(fed)
+            kept = valid[buffer_row, cached_max + window : length].nonzero().flatten() + cached_max + window
+            assert len(kept) == len(fed), (len(kept), len(fed))
             self.entries[key] = self._copy_out(
-                layers, buffer_row, cached_max, window, len(ids[key]) - reused, entry, reused, shared, tokens
+                layers, buffer_row, cached_max, window, len(ids[key]) - reused, entry, reused, shared, tokens, kept
             )
             entry.node.last_used = self._clock
 
         while True:
-            chosen = torch.argmax(logits, dim=-1).tolist()
+            picks = torch.argmax(logits, dim=-1).tolist()  # [row][position]
+            kept_width = 1
             for row, index in enumerate(active):
                 if finished[index]:
                     continue
-                token = chosen[row]
-                generated[index].append(token)
-                if (
-                    token in hf.eos
-                    or len(generated[index]) >= max_new_tokens
-                    or contains_stop(hf.decode(generated[index]), stop)
-                ):
-                    finished[index] = True
+                draft, accepted = drafts[index], 0
+                for position, token in enumerate(picks[row]):
+                    generated[index].append(token)
+                    if (
+                        token in hf.eos
+                        or len(generated[index]) >= max_new_tokens
+                        or contains_stop(hf.decode(generated[index]), stop)
+                    ):
+                        finished[index] = True
+                        break
+                    if position >= len(draft) or draft[position] != token:
+                        break
+                    accepted += 1
+                stats["draft_tokens_accepted"] += accepted
+                if width:  # the row keeps its fed token and accepted drafts, not the rest
+                    if 1 + accepted < width:
+                        valid[row, length + 1 + accepted : length + width] = False
+                    next_pos[row] += 1 + accepted
+                    kept_width = max(kept_width, 1 + accepted)
+            if width:  # the columns after every row's kept ones are written over next
+                length += kept_width
             done = [row for row, index in enumerate(active) if finished[index]]
             if len(done) == len(active):
                 break
@@ -464,18 +505,31 @@ class CachedBatchGenerator(TextGenerator):
                 keep = [row for row, index in enumerate(active) if not finished[index]]
                 select = torch.tensor(keep, dtype=torch.long, device=device)
                 layers = [(k.index_select(0, select), v.index_select(0, select)) for k, v in layers]
-                valid, next_pos = valid.index_select(0, select), next_pos.index_select(0, select)
-                chosen = [chosen[row] for row in keep]
+                valid = valid.index_select(0, select)
+                next_pos = [next_pos[row] for row in keep]
                 active = [active[row] for row in keep]
                 prefix = shared_prefix(active)
-            feed = torch.tensor(
-                [[chosen[row] if not finished[index] else hf.pad_id] for row, index in enumerate(active)],
-                device=device,
-            )
-            valid[:, length] = True
-            logits = self._forward(layers, length, feed, valid[:, : length + 1], next_pos[:, None], prefix=prefix)
-            next_pos += 1
-            length += 1
+            # Prompt-lookup drafts from each row's own text: a drafted column costs every row of the
+            # batch, so the fewer rows, the longer the drafts (a lone row's tokens are sequential
+            # otherwise); the buffer keeps room for the longest possible rest at one column a forward.
+            longest = max(max_new_tokens - len(generated[index]) for index in active if not finished[index])
+            limit = min(self.draft_tokens, self.draft_forward_tokens // len(active) - 1, capacity - length - longest)
+            for index in active:
+                room = min(limit, max_new_tokens - len(generated[index]) - 1)
+                drafts[index] = []
+                if room > 0 and not finished[index]:
+                    drafts[index] = lookup_draft(ids[keys[index]] + tuple(generated[index]), room)
+                    stats["draft_tokens"] += len(drafts[index])
+            width = 1 + max(len(drafts[index]) for index in active)
+            feed, fed = [], []  # per row: the tokens (pads after its own), which of them it keeps
+            for index in active:
+                tokens = [] if finished[index] else [generated[index][-1]] + drafts[index]
+                feed.append(tokens + [hf.pad_id] * (width - len(tokens)))
+                fed.append([True] * len(tokens) + [False] * (width - len(tokens)))
+            feed = torch.tensor(feed, dtype=torch.long, device=device)
+            valid[:, length : length + width] = torch.tensor(fed, dtype=torch.bool, device=device)
+            positions = torch.tensor(next_pos, dtype=torch.long, device=device)[:, None] + torch.arange(width, device=device)
+            logits = self._forward(layers, length, feed, valid[:, : length + width], positions, keep=width, prefix=prefix)
         for row, index in enumerate(active):
             finish(index, row)
         return {key: results[key] for key in ids}
@@ -509,22 +563,23 @@ class CachedBatchGenerator(TextGenerator):
                 kb[row, :, at : at + rest] = k[0, :, :rest]
                 vb[row, :, at : at + rest] = v[0, :, :rest]
 
-    def _copy_out(self, layers, row, cached_max, window, suffix_len, entry: _Entry, reused, shared, tokens) -> _Entry:
-        """The row's new private cache: everything after its shared base, pad slots dropped."""
+    def _copy_out(self, layers, row, cached_max, window, suffix_len, entry: _Entry, reused, shared, tokens, fed_columns) -> _Entry:
+        """The row's new private cache: everything after its shared base, pad slots dropped;
+        `fed_columns` (a tensor) the columns after the window that hold its generated tokens fed
+        back (columns of rejected drafts and of pads in between left out)."""
         torch = self.torch
         offset = cached_max - (reused - shared)  # the row's private cached part: [offset, cached_max)
         pieces = []
         if reused > shared:
-            pieces.append((offset, cached_max))
-        pieces.append((cached_max + window - suffix_len, cached_max + window))  # right-aligned suffix
-        n_fed = len(tokens) - reused - suffix_len  # generated tokens fed back, after the window
-        if n_fed:
-            pieces.append((cached_max + window, cached_max + window + n_fed))
+            pieces.append(slice(offset, cached_max))
+        pieces.append(slice(cached_max + window - suffix_len, cached_max + window))  # right-aligned suffix
+        if len(fed_columns):
+            pieces.append(fed_columns)
         own_kv = []
         for kb, vb in layers:
             own_kv.append((
-                torch.cat([kb[row : row + 1, :, a:b] for a, b in pieces], dim=2).clone(),
-                torch.cat([vb[row : row + 1, :, a:b] for a, b in pieces], dim=2).clone(),
+                torch.cat([kb[row : row + 1, :, piece] for piece in pieces], dim=2).clone(),
+                torch.cat([vb[row : row + 1, :, piece] for piece in pieces], dim=2).clone(),
             ))
         return _Entry(_anchor(entry.node, shared), shared, tokens[shared:], own_kv)
 

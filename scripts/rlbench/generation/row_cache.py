@@ -23,37 +23,13 @@ any other generator as is.
 
 from __future__ import annotations
 
-import array
 import time
 from pathlib import Path
 
 from rlbench.generation.backends import cut_at_stop
 from rlbench.generation.kv_buffer import causal_after_cache, use_masked_gqa_sdpa
+from rlbench.generation.prompt_lookup import DRAFT_TOKENS, lookup_draft
 from rlbench.generation.textgen_base import HFModel, TextGenerator, common_prefix, contains_stop, new_stats
-
-#: draft tokens proposed per forward, and the longest n-gram looked up
-DRAFT_TOKENS = 10
-DRAFT_NGRAM = 3
-
-
-def lookup_draft(tokens: tuple, limit: int, max_ngram: int = DRAFT_NGRAM) -> list[int]:
-    """Up to `limit` tokens that followed the latest earlier occurrence of the longest (<= max_ngram)
-    n-gram ending `tokens` ([] when none occurs earlier)."""
-    if limit <= 0 or len(tokens) < 2:
-        return []
-    buffer = array.array("q", tokens).tobytes()
-    width = array.array("q").itemsize
-    end = (len(tokens) - 1) * width  # an occurrence must end before the last token
-    for n in range(min(max_ngram, len(tokens) - 1), 0, -1):
-        pattern = buffer[-n * width :]
-        found = buffer.rfind(pattern, 0, end)
-        while found > 0 and found % width:  # byte matches across token boundaries do not count
-            found = buffer.rfind(pattern, 0, found + len(pattern) - 1)
-        if found >= 0 and found % width == 0:
-            start = found // width + n
-            return list(tokens[start : start + limit])
-    return []
-
 
 class _Entry:
     """A key's cached tokens and their per-layer KV ([1, kv_heads, len(tokens), head_dim] each)."""
@@ -69,7 +45,7 @@ class RowCachedGenerator(TextGenerator):
     prompt-lookup drafts (module docstring). At rest: each live key's tokens and KV, and the last
     released key's (new keys seed the shared prompt prefix from it when no key is live).
 
-    stats: textgen_base's, with draft_tokens (proposed) and draft_tokens_accepted."""
+    stats: textgen_base's (draft_tokens: proposed, draft_tokens_accepted)."""
 
     name = "hf"
 
@@ -83,14 +59,7 @@ class RowCachedGenerator(TextGenerator):
         self.draft_tokens = draft_tokens
         self.entries: dict = {}
         self._spare: _Entry | None = None
-        self.stats = self._new_stats()
-
-    @staticmethod
-    def _new_stats() -> dict:
-        return {**new_stats(), "draft_tokens": 0, "draft_tokens_accepted": 0}
-
-    def reset_stats(self) -> None:
-        self.stats = self._new_stats()
+        self.stats = new_stats()
 
     def release(self, key) -> None:
         entry = self.entries.pop(key, None)

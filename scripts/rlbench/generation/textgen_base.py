@@ -28,6 +28,8 @@ def new_stats() -> dict:
         "forward_calls": 0,
         "over_context": 0,  # prompts answered None (context limit)
         "rows_retired_early": 0,  # CachedBatchGenerator: rows dropped from the batch mid-decode
+        "draft_tokens": 0,  # prompt-lookup draft tokens fed (RowCachedGenerator, a lone row of CachedBatchGenerator)
+        "draft_tokens_accepted": 0,  # ... of which were the greedy token (their forward saved)
         "generate_seconds": 0.0,
     }
 
