@@ -521,14 +521,17 @@ class CachedBatchGenerator(TextGenerator):
                     drafts[index] = lookup_draft(ids[keys[index]] + tuple(generated[index]), room)
                     stats["draft_tokens"] += len(drafts[index])
             width = 1 + max(len(drafts[index]) for index in active)
-            feed, fed = [], []  # per row: the tokens (pads after its own), which of them it keeps
-            for index in active:
+            # per row: its tokens then pads, which of them it keeps, their positions (a pad repeats
+            # the row's last one, so no position passes what the row itself may reach)
+            feed, fed, positions = [], [], []
+            for row, index in enumerate(active):
                 tokens = [] if finished[index] else [generated[index][-1]] + drafts[index]
                 feed.append(tokens + [hf.pad_id] * (width - len(tokens)))
                 fed.append([True] * len(tokens) + [False] * (width - len(tokens)))
+                positions.append([next_pos[row] + min(j, max(len(tokens) - 1, 0)) for j in range(width)])
             feed = torch.tensor(feed, dtype=torch.long, device=device)
             valid[:, length : length + width] = torch.tensor(fed, dtype=torch.bool, device=device)
-            positions = torch.tensor(next_pos, dtype=torch.long, device=device)[:, None] + torch.arange(width, device=device)
+            positions = torch.tensor(positions, dtype=torch.long, device=device)
             logits = self._forward(layers, length, feed, valid[:, : length + width], positions, keep=width, prefix=prefix)
         for row, index in enumerate(active):
             finish(index, row)
