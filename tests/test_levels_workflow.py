@@ -9,7 +9,7 @@ import csv
 import yaml
 
 from rlbench.fileio.jsonio import read_json, read_jsonl
-from support.workflow import planned_jobs
+from support.workflow import config_lock, planned_jobs
 
 
 def leaderboard(sweep) -> dict[str, dict]:
@@ -37,14 +37,15 @@ def test_copy_scores_delta_zero_on_both_levels_with_their_metrics(session_sweep)
 def test_a_judge_change_reruns_evaluations_never_an_agent(session_sweep):
     """A dry run with the judge's batch size changed (the config is restored: nothing is run)."""
     path = session_sweep / "config" / "config.yaml"
-    original = path.read_text()
-    changed = yaml.safe_load(original)
-    changed["tasks"]["alpaca-eval"]["judge"]["batch_size"] = 2
-    try:
-        path.write_text(yaml.safe_dump(changed))
-        plan = planned_jobs(session_sweep)
-    finally:
-        path.write_text(original)
+    with config_lock(session_sweep):  # the sweep is shared with tests on the other worker
+        original = path.read_text()
+        changed = yaml.safe_load(original)
+        changed["tasks"]["alpaca-eval"]["judge"]["batch_size"] = 2
+        try:
+            path.write_text(yaml.safe_dump(changed))
+            plan = planned_jobs(session_sweep)
+        finally:
+            path.write_text(original)
     assert plan.get("judge_config") == 1 and plan.get("evaluate_baseline") == 1, plan
     for rule in ("run_agent", "prepare_workspace", "prepare_data", "check_execution"):
         assert rule not in plan, plan

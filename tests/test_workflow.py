@@ -22,6 +22,7 @@ from support.workflow import (
     GSM8K_GRID,
     SNAKEMAKE,
     TEST_CONFIG,
+    config_lock,
     copy_sweep,
     make_workdir,
     planned_jobs,
@@ -148,22 +149,23 @@ def test_reordered_or_spelled_out_config_keys_rerun_nothing(sweep):
     """Rule params are compared as text: the same settings in another key order, a default written
     out, or another evaluation worker mode must not look like a change (that would rerun every agent)."""
     path = sweep / "config" / "config.yaml"
-    original = path.read_text()
 
     def reversed_keys(value):
         if isinstance(value, dict):
             return {key: reversed_keys(value[key]) for key in reversed(list(value))}
         return value
 
-    config = reversed_keys(yaml.safe_load(original))
-    config.setdefault("report", {})["decimals"] = 2  # the default, written out
-    # How the grader runs its evaluations, not what they compute: nothing reruns for it.
-    config.setdefault("evaluation", {}).update(worker="fresh", worker_idle_s=60)
-    try:
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        assert planned_jobs(sweep) == {}
-    finally:
-        path.write_text(original)
+    with config_lock(sweep):  # the sweep is shared with tests on the other worker
+        original = path.read_text()
+        config = reversed_keys(yaml.safe_load(original))
+        config.setdefault("report", {})["decimals"] = 2  # the default, written out
+        # How the grader runs its evaluations, not what they compute: nothing reruns for it.
+        config.setdefault("evaluation", {}).update(worker="fresh", worker_idle_s=60)
+        try:
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            assert planned_jobs(sweep) == {}
+        finally:
+            path.write_text(original)
 
 
 ANALYSIS_RULES = ("summarize_run", "aggregate", "report_figures")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -176,9 +178,38 @@ class SharedSweep:
         """Nothing to stop here: the process that runs it does."""
 
 
+_config_locks_held: dict[Path, int] = {}
+
+
+@contextlib.contextmanager
+def config_lock(workdir: Path):
+    """Hold `workdir`'s config lock (re-entrant within a process): a test that changes a shared
+    sweep's config.yaml for a moment holds it from the change to the restore, and every dry run
+    (planned_jobs) holds it, so that a test on another xdist worker never plans against a config
+    another test changed (the session sweep is read from both workers). The lock file lies beside
+    the workdir, not in it."""
+    key = Path(workdir).resolve()
+    if _config_locks_held.get(key):
+        _config_locks_held[key] += 1
+        try:
+            yield
+        finally:
+            _config_locks_held[key] -= 1
+        return
+    with open(key.parent / f"{key.name}.config.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        _config_locks_held[key] = 1
+        try:
+            yield
+        finally:
+            _config_locks_held[key] = 0  # closing the file releases the lock
+
+
 def planned_jobs(workdir: Path) -> dict[str, int]:
-    """Rule -> job count of a dry run ({} when there is nothing to do)."""
-    proc = snakemake(workdir, "-n")
+    """Rule -> job count of a dry run ({} when there is nothing to do), under the workdir's
+    config_lock."""
+    with config_lock(workdir):
+        proc = snakemake(workdir, "-n")
     out = proc.stdout + proc.stderr
     table = re.search(r"Job stats:\njob\s+count\n[-\s]+\n(.*?)\ntotal", out, re.S)
     if table is None:
