@@ -288,7 +288,8 @@ def test_html_report_opens_in_chromium_and_shows_the_leaderboard_and_a_figure(sw
 
     chromium_or_skip()
     html = tmp_path / "report.html"
-    snakemake(sweep, "--report", str(html))
+    with config_lock(sweep):  # (Snakemake reads the shared sweep's config)
+        snakemake(sweep, "--report", str(html))
     index = sweep / "results" / "report" / "index.html"
 
     # The standalone page: the leaderboard table and the Δ heatmap are on the first screen, the image loaded.
