@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import array
 
-#: draft tokens proposed per forward, and the longest n-gram looked up
-DRAFT_TOKENS = 10
+#: the longest n-gram looked up (each generator sets how many draft tokens it feeds)
 DRAFT_NGRAM = 3
 
 

@@ -28,8 +28,12 @@ from pathlib import Path
 
 from rlbench.generation.backends import cut_at_stop
 from rlbench.generation.kv_buffer import causal_after_cache, use_masked_gqa_sdpa
-from rlbench.generation.prompt_lookup import DRAFT_TOKENS, lookup_draft
+from rlbench.generation.prompt_lookup import lookup_draft
 from rlbench.generation.textgen_base import HFModel, TextGenerator, common_prefix, contains_stop, new_stats
+
+#: draft tokens proposed per forward (fed with the prompt's uncached part, or after the last token)
+DRAFT_TOKENS = 10
+
 
 class _Entry:
     """A key's cached tokens and their per-layer KV ([1, kv_heads, len(tokens), head_dim] each)."""
