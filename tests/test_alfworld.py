@@ -135,19 +135,26 @@ def test_lockstep_and_one_at_a_time_agree(splits):
 
 @pytest.mark.slow
 def test_textworld_speed_up_keeps_outcomes_identical(splits):
-    """The parser memoisation must not change a single observation, admissible command or flag."""
+    """The speed-ups (memoised parser and translation, one-level context copies) must not change a
+    single observation, admissible command or flag: the walkthrough, then 25 seeded random
+    admissible commands from a new episode (other grammar paths than the expert's)."""
     import subprocess
     import sys
 
     rows = list(read_jsonl(splits["eval"] / "eval.jsonl"))[::4]  # 3 games of different types
     script = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import public\n"
+        "import json, random, sys; sys.path.insert(0, sys.argv[1]); import public\n"
         "out = []\n"
         "for game in sys.argv[3:]:\n"
         "    env = public.GameEnv(game, speed_up=sys.argv[2] == '1')\n"
         "    obs, info = env.reset(); trace = [obs, info['admissible_commands']]\n"
         "    for action in json.load(open(game))['walkthrough'] + ['look', 'nonsense']:\n"
         "        o, won, done, info = env.step(action); trace.append([o, won, done, info['admissible_commands']])\n"
+        "    obs, info = env.reset(); trace.append(obs); rng = random.Random(game)\n"
+        "    for _ in range(25):\n"
+        "        action = rng.choice(info['admissible_commands'])\n"
+        "        o, won, done, info = env.step(action); trace.append([action, o, won, done, info['admissible_commands']])\n"
+        "        if done: break\n"
         "    out.append(trace)\n"
         "print(json.dumps(out))\n"
     )
