@@ -24,7 +24,6 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import requests  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
 
 WORKSPACE = Path(os.environ.get("WORKSPACE", os.getcwd())).resolve()
 MODEL_PATH = Path(os.environ["MODEL_PATH"])
@@ -173,32 +172,47 @@ def trainer_dir(name: str) -> str:
     return str(WORKSPACE / "code" / "trainer_runs" / name)
 
 
-class Rounds(TrainerCallback):
-    """Every `steps` optimizer steps: save output/v{k}, submit it (for `task`, when given: a
-    multi-task run's "all" or one task), and stop training when the rounds are done or /time
-    says another round would not fit."""
+def _rounds_class():
+    from transformers import TrainerCallback
 
-    def __init__(self, tokenizer, rounds: int, steps: int, margin_s: float = 30.0, task: str | None = None):
-        self.tokenizer, self.rounds, self.steps, self.margin_s = tokenizer, rounds, steps, margin_s
-        self.task = task
-        self.scored = 0  # submissions that got a score
-        self.round_started = time.time()
+    class Rounds(TrainerCallback):
+        """Every `steps` optimizer steps: save output/v{k}, submit it (for `task`, when given: a
+        multi-task run's "all" or one task), and stop training when the rounds are done or /time
+        says another round would not fit."""
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % self.steps:
+        def __init__(self, tokenizer, rounds: int, steps: int, margin_s: float = 30.0, task: str | None = None):
+            self.tokenizer, self.rounds, self.steps, self.margin_s = tokenizer, rounds, steps, margin_s
+            self.task = task
+            self.scored = 0  # submissions that got a score
+            self.round_started = time.time()
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % self.steps:
+                return control
+            k = state.global_step // self.steps
+            round_s = time.time() - self.round_started
+            path = save_checkpoint(model, self.tokenizer, OUTPUT_DIR / f"v{k}")
+            log(f"round {k}: {self.steps} steps in {round_s:.1f}s, saved {path}")
+            if submit(path, task=self.task) is not None:
+                self.scored += 1
+            round_s = time.time() - self.round_started  # including the save and the evaluation
+            left = time_left() if k < self.rounds else None
+            if k >= self.rounds:
+                control.should_training_stop = True
+            elif left is not None and left < 1.5 * round_s + self.margin_s:
+                log(f"stopping after round {k}: {left:.0f}s left is too little for another round")
+                control.should_training_stop = True
+            self.round_started = time.time()
             return control
-        k = state.global_step // self.steps
-        round_s = time.time() - self.round_started
-        path = save_checkpoint(model, self.tokenizer, OUTPUT_DIR / f"v{k}")
-        log(f"round {k}: {self.steps} steps in {round_s:.1f}s, saved {path}")
-        if submit(path, task=self.task) is not None:
-            self.scored += 1
-        round_s = time.time() - self.round_started  # including the save and the evaluation
-        left = time_left() if k < self.rounds else None
-        if k >= self.rounds:
-            control.should_training_stop = True
-        elif left is not None and left < 1.5 * round_s + self.margin_s:
-            log(f"stopping after round {k}: {left:.0f}s left is too little for another round")
-            control.should_training_stop = True
-        self.round_started = time.time()
-        return control
+
+    Rounds.__qualname__ = "Rounds"  # as if defined at the module's top level
+    return Rounds
+
+
+def __getattr__(name: str):
+    """`Rounds` (a transformers TrainerCallback) is built on first use, so that importing this
+    module costs no transformers import (seconds) where nothing trains (submit, time_left)."""
+    if name == "Rounds":
+        globals()["Rounds"] = rounds = _rounds_class()
+        return rounds
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
