@@ -336,16 +336,25 @@ def test_resource_sampler_samples_a_real_child(tmp_path):
     assert summarize_trace(tmp_path / "none.jsonl") is None
 
 
+def wait_for_samples(sampler: ResourceSampler, count: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sampler.samples < count:
+        assert time.monotonic() < deadline, f"fewer than {count} samples after {timeout_s} s"
+        time.sleep(0.05)
+
+
 def test_resource_sampler_records_gpu_utilisation_and_memory(tmp_path, monkeypatch):
     """Per GPU, nvidia-smi's utilisation, memory used and memory total go into every sample (a fake
     nvidia-smi on PATH), and the summary counts GPU-hours busy and idle over the run's GPUs."""
     fake = FakeNvidiaSmi(tmp_path, [gpu(0, utilization=0, used_mib=3), gpu(1, utilization=0, used_mib=5)])
     monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "resources.jsonl"
-    with ResourceSampler(lambda: [], tmp_path, out, interval_s=0.3):
-        time.sleep(0.5)
+    with ResourceSampler(lambda: [], tmp_path, out, interval_s=0.3) as sampler:
+        # Waits for samples, not for seconds: on a loaded machine a sample can come late. Two idle
+        # samples (an idle interval), then two more after the switch (the last reads it: a busy one).
+        wait_for_samples(sampler, 2)
         fake.set([gpu(0, utilization=97, used_mib=40_000), {**gpu(1, used_mib=5), "utilization.gpu": "[N/A]"}])
-        time.sleep(0.7)
+        wait_for_samples(sampler, sampler.samples + 2)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["gpu_utilization_percent"] == {"0": 0, "1": 0}
     assert lines[0]["gpu_memory_used_mib"] == {"0": 3, "1": 5}
