@@ -17,13 +17,16 @@ Every trial then checks, for the fixed behaviour:
     child, no process working in the run's directory, no grading port accepting connections;
   - the resume (`snakemake --unlock`, then the profile again, as `make resume`) completes with
     run.json, final.json, summary.json and the leaderboard, and leaves nothing behind either;
+  - a run killed mid-way starts again as a new attempt (attempt numbering in run.json), and each
+    archived attempt (attempts/<k>/) keeps its ledger and the workspace's submitted checkpoints;
   - a killed evaluation is the grader's fault: 503 grader_error (retryable), not 422.
 
 All trials are in the slow tier (`make test-all`, CI): one per target on a 120 s budget (the sft
-agent on HumanEval, support.workflow.SFT_RUN_CONFIG, makes two submissions). RLBENCH_FAULT_TRIALS=N
-adds N more per target on 240 s, with the event drawn too: `RLBENCH_FAULT_TRIALS=5 pytest -m slow tests/test_fault_injection.py`
-(CI runs the four fixed trials only, to stay inside its time). The default tier kills Snakemake's process group
-once and resumes (tests/test_resume.py), with the same audit. The
+agent on HumanEval, support.workflow.SFT_RUN_CONFIG, makes two submissions); Snakemake's is killed
+just after the first submission is recorded, so the resume must start a new attempt and keep the old
+one's ledger. RLBENCH_FAULT_TRIALS=N adds N more per target on 240 s, with the event drawn too:
+`RLBENCH_FAULT_TRIALS=5 pytest -m slow tests/test_fault_injection.py` (CI runs the four fixed trials
+only, to stay inside its time). The
 figures (trials, acknowledged submissions, lost, leftovers) are printed at the end and, when
 RLBENCH_FIGURES_DIR is set, written to $RLBENCH_FIGURES_DIR/faults.json.
 """
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import pytest
 
+from rlbench.recording.ledger import is_scored
 from support.faults import (
     RUN_REL,
     Plan,
@@ -64,11 +68,10 @@ SLOW_TRIALS_PER_TARGET = int(os.environ.get("RLBENCH_FAULT_TRIALS", "0"))
 CI_TIME_LIMIT_S = 120  # the sft agent's two rounds take about 40 s with its imports: two submissions
 SLOW_TIME_LIMIT_S = 240  # room for two rounds (two distinct checkpoints) on a machine several times slower
 SETTLE_S = 20  # after the fault (and the sweep's end), how long leftovers get to go away
-# The moment: an event, then a random delay. The fixed trials take one event per target (a delay into
-# the run, or an evaluation in flight; the resume test kills at the first ledger entry); drawn
-# trials draw the event too.
+# The moment: an event, then a random delay. The fixed trials take one event per target (the first
+# ledger entry, a delay into the run, or an evaluation in flight); drawn trials draw the event too.
 EVENTS = ("delay", "first_ledger_entry", "eval_child")
-CI_EVENTS = {"snakemake": "delay", "runner": "eval_child", "agent": "delay", "eval_child": "eval_child"}
+CI_EVENTS = {"snakemake": "first_ledger_entry", "runner": "eval_child", "agent": "delay", "eval_child": "eval_child"}
 # Delay ranges (s). "delay" counts from the runner's start and stays inside the agent's run (about
 # 35-40 s on 2 cores: imports, two rounds of about 10 s, two evaluations); Snakemake may also be
 # killed later, while the run's results are evaluated and summarised. An evaluation in a warm
@@ -95,7 +98,7 @@ def plan_for(target: str, index: int, seed: int = SEED) -> Plan:
     return Plan(f"{target}-{index}", target, event, delay, variant, CI_TIME_LIMIT_S if ci else SLOW_TIME_LIMIT_S)
 
 
-# Every trial is in the slow tier; the default tier's kill -9 and resume is tests/test_resume.py.
+# Every trial is in the slow tier.
 PLANS = [pytest.param(plan_for(target, 0), id=f"{target}-0", marks=pytest.mark.slow) for target in TARGETS] + [
     pytest.param(plan_for(target, index), id=f"{target}-{index}", marks=pytest.mark.slow)
     for index in range(1, SLOW_TRIALS_PER_TARGET + 1)
@@ -224,6 +227,19 @@ def check(trial: Trial, workdir: Path) -> None:
         expected = [f"attempts/{k}" for k in range(1, run.get("attempt", 1))]
         if run.get("previous_attempts") != expected:
             fail(("attempt_numbering", f"run.json: attempt {run.get('attempt')}, previous {run.get('previous_attempts')}"))
+        mid_run = trial.plan.target in ("snakemake", "runner") and trial.plan.event == "first_ledger_entry"
+        if mid_run and trial.injection.get("injected") and trial.attempts < 2:
+            # The run was killed before its run.json: the resume runs the agent again, as attempt 2.
+            fail(("no_new_attempt", f"run.json: attempt {trial.attempts} after the {trial.plan.target} was killed mid-run"))
+    for directory in attempt_dirs(run_dir)[:-1]:  # the archived attempts keep what their agent submitted
+        entries = ledger_entries(directory)
+        before = trial.injection.get("ledger_lines_before") or 0
+        if str(trial.injection.get("attempt")) == directory.name and len(entries) < before:
+            fail(("archived_ledger_short", f"attempts/{directory.name}: {len(entries)} ledger entries, {before} before the kill"))
+        scored = {str(e["model_path"]) for e in entries if is_scored(e) and e.get("model_path")}
+        gone = sorted(path for path in scored if not (directory / "workspace" / path).is_dir())
+        if gone:
+            fail(("archived_checkpoint_missing", f"attempts/{directory.name}/workspace lacks scored {', '.join(gone)}"))
     for killed in trial.injection.get("killed_evaluations", []):
         sid, attempt = killed["submission_id"], killed["attempt"]
         entry = ledger_entry(run_dir, attempt, sid)
@@ -243,6 +259,20 @@ def check(trial: Trial, workdir: Path) -> None:
         for response in audit["responses"]:
             if response["attempt_no"] == attempt and response["submission_id"] == sid and response["http"] != 503:
                 fail(("killed_eval_not_503", f"submission {sid} whose evaluation child was killed was answered HTTP {response['http']}, not 503"))
+
+
+def ledger_entries(directory: Path) -> list[dict]:
+    """An attempt's readable ledger entries (a torn line is the audit's to report)."""
+    entries = []
+    path = directory / "grader" / "ledger.jsonl"
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
 
 
 def scores_json(run_dir: Path, attempt: int | None) -> list[dict]:
@@ -309,6 +339,39 @@ def test_the_audit_catches_a_lost_submission_a_changed_answer_and_a_torn_ledger_
     assert "attempts/1: HTTP 200 for submission 2" in audit["lost"][0] and "grader_error/0.0" in audit["lost"][1]
     assert len(audit["invalid_ledger_lines"]) == 1 and "attempts/1 ledger line 2" in audit["invalid_ledger_lines"][0]
     assert [r["attempt_no"] for r in audit["responses"]] == [1, 1, 2]
+
+
+def test_the_checks_catch_a_resume_without_a_new_attempt_and_an_archive_that_lost_a_checkpoint(tmp_path):
+    """check() on a made-up resumed run: Snakemake killed just after attempt 1's first two ledger entries."""
+    workdir = tmp_path / "work"
+    run_dir = workdir / RUN_REL
+    archived = run_dir / "attempts" / "1"
+    for directory, number in ((archived, 1), (run_dir, 2)):
+        (directory / "grader").mkdir(parents=True)
+        (directory / "workspace" / "output" / "v1").mkdir(parents=True)
+        (directory / "attempt.json").write_text(json.dumps({"attempt": number, "marker": f"m{number}"}))
+    scored = {"submission_id": 1, "status": "scored", "score": 25.0, "model_path": "output/v1"}
+    (archived / "grader" / "ledger.jsonl").write_text(json.dumps(scored) + "\n")
+    outputs = [run_dir / "final.json", run_dir / "summary.json", workdir / "results" / "report" / "leaderboard.csv"]
+    for path in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+
+    def failures(attempt: int, ledger_lines_before: int = 1) -> set[str]:
+        (run_dir / "run.json").write_text(json.dumps(
+            {"attempt": attempt, "previous_attempts": [f"attempts/{k}" for k in range(1, attempt)]}))
+        trial = Trial(plan_for("snakemake", 0), resume={"unlock_rc": 0, "run_rc": 0},
+                      injection={"injected": True, "attempt": 1, "ledger_lines_before": ledger_lines_before},
+                      audit=audit_submissions(run_dir))
+        check(trial, workdir)
+        return {category for category, _ in trial.failures}
+
+    assert plan_for("snakemake", 0).event == "first_ledger_entry"
+    assert failures(2) == set()
+    assert failures(1) == {"no_new_attempt"}  # the resume reused the killed attempt's run
+    assert failures(2, ledger_lines_before=2) == {"archived_ledger_short"}  # an entry recorded before the kill is gone
+    (archived / "workspace" / "output" / "v1").rmdir()
+    assert failures(2) == {"archived_checkpoint_missing"}
 
 
 def test_trial_plans_are_reproducible_and_cover_every_target():
