@@ -34,7 +34,8 @@ status 1 when a check failed. The checks, on the project's real code:
                  device's memory is back to what it was before (CUDA only)
 
 --dry (or --device cpu) runs the same checks on the CPU with the tiny model in well under a minute
-(tests/test_gpu_check.py runs it in the default tier, so that the script does not rot).
+(tests/test_gpu_check.py runs it in the default tier, so that the script does not rot). --only
+hf_eval,trl_sft runs the model's build and the checks named (prefix_cache names both of its rows).
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ SALT = "rlbench-gpu-check"
 IDLE_S = 3.0  # worker_idle_s of the check's pool: a GPU worker idle this long is replaced
 RELEASE_TOLERANCE_MIB = 64  # device memory above the pre-evaluation level still counted as released
 MAX_NEW_TOKENS = 24
+
+
+# What --only can name, in the order they run (after the model's build).
+CHECKS = ("hf_eval", "memory_release", "gpu_locks", "prefix_cache", "trl_sft", "trl_grpo")
 
 
 class Table:
@@ -352,7 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny", help="a config/models entry that builds offline (default tiny)")
     parser.add_argument("--work", type=Path, help="where the model, data and logs go (default: a temporary directory)")
     parser.add_argument("--json", type=Path, help="also write the rows here as JSON")
+    parser.add_argument("--only", help=f"comma-separated checks to run after the model's build (of {', '.join(CHECKS)})")
     args = parser.parse_args(argv)
+    only = set(CHECKS) if args.only is None else {name.strip() for name in args.only.split(",") if name.strip()}
+    if not only or only - set(CHECKS):
+        parser.error(f"--only: unknown or no check in {args.only!r}; the checks: {', '.join(CHECKS)}")
     kind = "cpu" if args.dry else args.device
     work = args.work or Path(tempfile.mkdtemp(prefix="rlbench-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -374,15 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     train_rows = [json.loads(line) for line in (train_dir / "train.jsonl").read_text().splitlines()]
     pool = WorkerPool(work / "workers", "warm", IDLE_S)
     try:
-        table.run("hf_eval", lambda: check_hf_eval(device, pool, work, model_dir, eval_dir))
-        table.run("memory_release", lambda: check_memory_release(device, pool, work, model_dir, eval_dir))
-        table.run("gpu_locks", lambda: check_gpu_locks(device, pool, work, model_dir, eval_dir))
+        for name, check in (("hf_eval", check_hf_eval), ("memory_release", check_memory_release), ("gpu_locks", check_gpu_locks)):
+            if name in only:
+                table.run(name, lambda check=check: check(device, pool, work, model_dir, eval_dir))
     finally:
         pool.close()
-    for dtype_name in ("bfloat16", "float32"):
-        table.run(f"prefix_cache_{dtype_name}", lambda d=dtype_name: check_prefix_cache(device, model_dir, train_rows, d))
-    table.run("trl_sft", lambda: check_sft(device, work, model_dir, train_rows))
-    table.run("trl_grpo", lambda: check_grpo(device, work, model_dir, train_rows))
+    if "prefix_cache" in only:
+        for dtype_name in ("bfloat16", "float32"):
+            table.run(f"prefix_cache_{dtype_name}", lambda d=dtype_name: check_prefix_cache(device, model_dir, train_rows, d))
+    if "trl_sft" in only:
+        table.run("trl_sft", lambda: check_sft(device, work, model_dir, train_rows))
+    if "trl_grpo" in only:
+        table.run("trl_grpo", lambda: check_grpo(device, work, model_dir, train_rows))
     print(table.text(), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"device": kind, "gpus": device.gpus, "rows": table.rows}, indent=2) + "\n")
