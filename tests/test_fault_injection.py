@@ -51,6 +51,7 @@ from support.faults import (
     audit_submissions,
     cleanup,
     inject,
+    ledger_entries,
     ledger_entry,
     log_tail,
     prepare_copy,
@@ -259,20 +260,6 @@ def check(trial: Trial, workdir: Path) -> None:
         for response in audit["responses"]:
             if response["attempt_no"] == attempt and response["submission_id"] == sid and response["http"] != 503:
                 fail(("killed_eval_not_503", f"submission {sid} whose evaluation child was killed was answered HTTP {response['http']}, not 503"))
-
-
-def ledger_entries(directory: Path) -> list[dict]:
-    """An attempt's readable ledger entries (a torn line is the audit's to report)."""
-    entries = []
-    path = directory / "grader" / "ledger.jsonl"
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            entries.append(entry)
-    return entries
 
 
 def scores_json(run_dir: Path, attempt: int | None) -> list[dict]:

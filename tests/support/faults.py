@@ -467,19 +467,28 @@ def audit_submissions(run_dir: Path) -> dict:
     return report
 
 
+def ledger_entries(directory: Path) -> list[dict]:
+    """An attempt directory's readable ledger entries (a torn line is the audit's to report)."""
+    entries = []
+    path = directory / "grader" / "ledger.jsonl"
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
 def ledger_entry(run_dir: Path, attempt: int | None, submission_id: int | None) -> dict | None:
     for directory in attempt_dirs(run_dir):
         try:
             if json.loads((directory / "attempt.json").read_text())["attempt"] != attempt:
                 continue
-            lines = (directory / "grader" / "ledger.jsonl").read_text().splitlines()
         except (OSError, ValueError, KeyError):
             continue
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
+        for entry in ledger_entries(directory):
             if entry.get("submission_id") == submission_id:
                 return entry
     return None
