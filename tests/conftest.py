@@ -125,10 +125,8 @@ def pytest_collection_modifyitems(session, config, items):
     sweep, then those of the slow tier's sweeps, so that the others fill the cores meanwhile.
 
     Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), a test that uses a module- or
-    class-scoped fixture goes with the other tests of its module that use the same one (directly or
-    through another), to the same worker, so that such a fixture (a split of generated games, a grader)
-    is built once, not once per worker; tests of a module that share no such fixture may go to two
-    workers (test_workflow's read-only sweep tests and those that change a copy of it)."""
+    class-scoped fixture goes with the other tests of its module that use one, to the same worker, so
+    that such a fixture (a split of generated games, a grader) is built once, not once per worker."""
     def group(item: pytest.Item) -> int:
         read = background_sweeps_read(item)
         return 2 if read - {"session_sweep"} else 1 if read else 0
@@ -136,38 +134,13 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=group)
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    shared: dict[pytest.Item, tuple[str, set[str]]] = {}
     for item in items:
         definitions = getattr(item, "_fixtureinfo", None)
-        names = {
-            name
-            for name, defs in (definitions.name2fixturedefs.items() if definitions else ())
-            if any(d.scope in ("module", "class", "package") for d in defs)
-        }
-        if names:
+        scopes = {d.scope for defs in (definitions.name2fixturedefs.values() if definitions else ()) for d in defs}
+        if scopes & {"module", "class", "package"}:
             # A sweep's readers apart from the module's others: they run last (the order above).
-            shared[item] = (item.module.__name__ + (" (after the sweeps)" if group(item) else ""), names)
-    # Per module (and side of the sweeps), tests joined by a shared fixture name form one group.
-    parent: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def root(key: tuple[str, str]) -> tuple[str, str]:
-        while parent.setdefault(key, key) != key:
-            key = parent[key]
-        return key
-
-    for module, names in shared.values():
-        first, *others = sorted(names)
-        for name in others:
-            parent[root((module, name))] = root((module, first))
-    components: dict[str, list[tuple[str, str]]] = {}
-    for module, names in shared.values():
-        top = root((module, min(names)))
-        if top not in components.setdefault(module, []):
-            components[module].append(top)
-    for item, (module, names) in shared.items():
-        tops = components[module]
-        index = tops.index(root((module, min(names))))
-        item.add_marker(pytest.mark.xdist_group(module if index == 0 else f"{module} #{index + 1}"))
+            suffix = " (after the sweeps)" if group(item) else ""
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ + suffix))
 
 
 def shared_temp(tmp_path_factory) -> Path:

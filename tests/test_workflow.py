@@ -67,28 +67,17 @@ def sweep(session_sweep) -> Path:
     return session_sweep
 
 
-def gsm8k_copy(session_sweep: Path, directory: Path) -> Path:
-    """A copy of the sweep's GSM8K runs: the config narrowed to the GSM8K grid, the analysis brought up
-    to date for it."""
+@pytest.fixture(scope="module")
+def changed(session_sweep, tmp_path_factory) -> Path:
+    """A copy of the sweep's GSM8K runs for the tests that change results (they run in file order and
+    share it): the config narrowed to the GSM8K grid, the analysis brought up to date for it."""
     config = {**session_config(), "sweep": [GSM8K_GRID]}
-    workdir = copy_sweep(session_sweep, directory / "sweep", ["gsm8k"], config)
+    workdir = copy_sweep(session_sweep, tmp_path_factory.mktemp("changed") / "sweep", ["gsm8k"], config)
     plan = planned_jobs(workdir)
     assert set(plan) <= {"aggregate", "report_figures", "all"}, plan  # narrowing reruns only the analysis
     snakemake(workdir, "--cores", "2")
     assert planned_jobs(workdir) == {}
     return workdir
-
-
-# Two copies for the tests that change results, each shared by its tests in file order: with no fixture
-# in common the two sets may run on two test workers at once (tests/conftest.py), the last tests to run.
-@pytest.fixture(scope="module")
-def regenerated(session_sweep, tmp_path_factory) -> Path:
-    return gsm8k_copy(session_sweep, tmp_path_factory.mktemp("regenerated"))
-
-
-@pytest.fixture(scope="module")
-def changed(session_sweep, tmp_path_factory) -> Path:
-    return gsm8k_copy(session_sweep, tmp_path_factory.mktemp("changed"))
 
 
 def mtimes(workdir: Path, name: str) -> dict[str, float]:
@@ -222,56 +211,56 @@ def regenerate(workdir: Path, html: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(regenerated, tmp_path):
-    report = regenerated / "results" / "report"
+def test_regenerating_the_report_reruns_no_agent_and_no_evaluation(changed, tmp_path):
+    report = changed / "results" / "report"
     tables = {name: (report / f"{name}.csv").read_bytes() for name in ("leaderboard", *TABLES)}
-    recorded = {name: mtimes(regenerated, name) for name in ("run.json", "final.json", "artifacts.json", "workspace.json")}
-    baseline = (regenerated / "results" / "baselines" / "gsm8k" / "tiny.json").stat().st_mtime_ns
+    recorded = {name: mtimes(changed, name) for name in ("run.json", "final.json", "artifacts.json", "workspace.json")}
+    baseline = (changed / "results" / "baselines" / "gsm8k" / "tiny.json").stat().st_mtime_ns
     # Everything the analysis wrote goes; the dry run of a regeneration lists the analysis stage only.
     import shutil
     shutil.rmtree(report)
-    (regenerated / Path(*RUN) / "grpo" / "0" / "summary.md").unlink()
-    proc = snakemake(regenerated, "-n", "--forcerun", *ANALYSIS_RULES)
+    (changed / Path(*RUN) / "grpo" / "0" / "summary.md").unlink()
+    proc = snakemake(changed, "-n", "--forcerun", *ANALYSIS_RULES)
     from rlbench.cli import planned_rules
     plan = planned_rules(proc.stdout + proc.stderr)
     assert plan == {"summarize_run": 2, "run_page": 2, "aggregate": 1, "report_figures": 1, "all": 1}, plan
 
-    proc = regenerate(regenerated, tmp_path / "report.html")
+    proc = regenerate(changed, tmp_path / "report.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {name: (report / f"{name}.csv").read_bytes() for name in tables} == tables  # same tables again
-    assert {name: mtimes(regenerated, name) for name in recorded} == recorded  # no agent, no evaluation reran
-    assert (regenerated / "results" / "baselines" / "gsm8k" / "tiny.json").stat().st_mtime_ns == baseline
-    assert (regenerated / Path(*RUN) / "grpo" / "0" / "summary.md").exists()
+    assert {name: mtimes(changed, name) for name in recorded} == recorded  # no agent, no evaluation reran
+    assert (changed / "results" / "baselines" / "gsm8k" / "tiny.json").stat().st_mtime_ns == baseline
+    assert (changed / Path(*RUN) / "grpo" / "0" / "summary.md").exists()
     assert (tmp_path / "report.html").stat().st_size > 100_000  # Snakemake's self-contained HTML report
-    assert planned_jobs(regenerated) == {}
+    assert planned_jobs(changed) == {}
 
     # An unfinished sweep: the regeneration refuses and names the job it would have to run.
-    final = regenerated / Path(*RUN) / "copy" / "0" / "final.json"
+    final = changed / Path(*RUN) / "copy" / "0" / "final.json"
     final.rename(tmp_path / "final.json")
     try:
-        proc = regenerate(regenerated, tmp_path / "again.html")
+        proc = regenerate(changed, tmp_path / "again.html")
         assert proc.returncode == 2 and "evaluate_final (1)" in proc.stderr, proc.stderr[-2000:]
         assert not (tmp_path / "again.html").exists()
     finally:
         (tmp_path / "final.json").rename(final)
-    assert planned_jobs(regenerated) == {}
+    assert planned_jobs(changed) == {}
 
     # Runs recorded by an older harness: every recorded file is older than the rule scripts, as after a
     # checkout of a newer version. A plain run would redo everything (Snakemake reruns a script rule whose
     # script is newer than its outputs); the regeneration still reruns the analysis stage only.
     def stamp_results(seconds: float) -> None:
-        for path in [*(regenerated / "results").rglob("*"), regenerated / "results"]:
+        for path in [*(changed / "results").rglob("*"), changed / "results"]:
             os.utime(path, (seconds, seconds), follow_symlinks=False)
 
     stamp_results((REPO / "scripts" / "summarize_run.py").stat().st_mtime - 86400)
-    assert "prepare_data" in planned_jobs(regenerated)
-    aged = {name: mtimes(regenerated, name) for name in recorded}
-    proc = regenerate(regenerated, tmp_path / "updated.html")
+    assert "prepare_data" in planned_jobs(changed)
+    aged = {name: mtimes(changed, name) for name in recorded}
+    proc = regenerate(changed, tmp_path / "updated.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert {name: mtimes(regenerated, name) for name in recorded} == aged  # no agent, no evaluation reran
+    assert {name: mtimes(changed, name) for name in recorded} == aged  # no agent, no evaluation reran
     assert {name: (report / f"{name}.csv").read_bytes() for name in tables} == tables
     stamp_results(time.time())  # the copy as the next tests expect it: up to date
-    assert planned_jobs(regenerated) == {}
+    assert planned_jobs(changed) == {}
 
 
 CLICK_TEXT = """(text => {
@@ -350,12 +339,12 @@ def test_html_report_opens_in_chromium_and_shows_the_leaderboard_and_a_figure(sw
 
 
 @pytest.mark.slow  # 15 s; the default tier's rerun checks keep the evaluation-settings and report cases
-def test_deleted_final_json_reruns_only_its_evaluation(regenerated):
-    (regenerated / Path(*RUN) / "grpo" / "0" / "final.json").unlink()
-    assert planned_jobs(regenerated) == {
+def test_deleted_final_json_reruns_only_its_evaluation(changed):
+    (changed / Path(*RUN) / "grpo" / "0" / "final.json").unlink()
+    assert planned_jobs(changed) == {
         "evaluate_final": 1, "summarize_run": 1, "run_page": 1, "aggregate": 1, "report_figures": 1, "all": 1}
-    snakemake(regenerated, "--cores", "2")
-    assert (regenerated / Path(*RUN) / "grpo" / "0" / "final.json").exists()
+    snakemake(changed, "--cores", "2")
+    assert (changed / Path(*RUN) / "grpo" / "0" / "final.json").exists()
 
 
 def test_report_setting_change_regenerates_only_the_report(changed):
