@@ -116,6 +116,29 @@ def test_shared_prefix_computed_once(model_dir, reference):
     assert ours.cached_tokens() == {"shared": 0, "private": 0, "keys": 0}
 
 
+def test_a_short_extension_of_the_tree_is_computed_in_the_rows_not_alone(model_dir, reference):
+    """Prompts sharing a long prefix, then pairs sharing a few tokens more (WebShop's first call: the
+    instructions' first words): the long prefix is one tree segment; the few tokens are not a
+    batch-1 forward of their own but part of each row's suffix in the batched prefill."""
+    ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16, idle_prefix_tokens=0)
+    prompts = {
+        f"{word}{n}": PREFIXES[0] + f"Instruction: i {word} a lamp number {n} >"
+        for word in ("need", "want", "seek")
+        for n in range(2)
+    }
+    assert ours.generate(prompts, 6, None) == reference.generate(prompts, 6, None)
+    tokens = {key: ours.hf.encode(prompt) for key, prompt in prompts.items()}
+    pairs = sorted(len(tokens[f"{word}0"]) - 3 for word in ("need", "want", "seek"))  # (" 0 >" is 3 tokens)
+    assert all(tokens[f"{word}0"][:pairs[0] - 8] == tokens["need0"][:pairs[0] - 8] for word in ("want", "seek"))
+    assert pairs[-1] - pairs[0] < 16  # the pairs' prefixes differ from the first's by a few tokens: the case
+    # The first pair's prefix is the tree's one segment; the others, a few tokens longer, got no node
+    # of their own (the old rule computed a batch-1 segment for each, 216 shared tokens here).
+    held = ours.cached_tokens()
+    assert held["shared"] == pairs[0], (held, pairs)
+    # And every row reused what the tree holds of its prompt, the rest computed in the batched prefill.
+    assert ours.stats["prompt_tokens_reused"] >= 6 * (pairs[0] - 8), ours.stats
+
+
 def test_rows_finishing_early_are_retired(model_dir, reference):
     """Rows that stop early leave the batch mid-decode (their caches copied out, the buffer
     compacted); the rest decode on, and later calls still reuse everybody's cache."""

@@ -317,7 +317,8 @@ class CachedBatchGenerator(TextGenerator):
 
     def _seed_new_keys(self, ids: dict) -> None:
         """Keys without a cache: when their prompt shares >= min_shared tokens with another prompt
-        (of this call, or cached), put that common prefix into the tree (computed once)."""
+        (of this call, or cached), put that common prefix into the tree (computed once) where it
+        extends the tree by >= min_shared tokens."""
         new = [k for k in ids if k not in self.entries]
         if not new:
             return
@@ -335,7 +336,11 @@ class CachedBatchGenerator(TextGenerator):
             if best >= self.min_shared:
                 wanted.append(seq[:best])
         for prefix in sorted(set(wanted), key=len):
-            self._ensure_node(prefix)
+            # A segment is computed alone (a batch-1 forward: the whole model's weights read for it),
+            # so only one of min_shared tokens or more; the rows sharing a shorter extension of the
+            # tree compute it in their own suffixes, in the call's batched prefill.
+            if len(prefix) - self._match(prefix)[1] >= self.min_shared:
+                self._ensure_node(prefix)
 
     # -- one call -------------------------------------------------------------------------------
     def _alloc(self, batch: int, capacity: int):
