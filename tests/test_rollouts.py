@@ -128,7 +128,7 @@ def test_a_short_extension_of_the_tree_is_computed_in_the_rows_not_alone(model_d
     }
     assert ours.generate(prompts, 6, None) == reference.generate(prompts, 6, None)
     tokens = {key: ours.hf.encode(prompt) for key, prompt in prompts.items()}
-    pairs = sorted(len(tokens[f"{word}0"]) - 3 for word in ("need", "want", "seek"))  # (" 0 >" is 3 tokens)
+    pairs = sorted(len(tokens[f"{word}0"]) - 3 for word in ("need", "want", "seek"))  # (the last 3: "0", " ", ">")
     assert all(tokens[f"{word}0"][:pairs[0] - 8] == tokens["need0"][:pairs[0] - 8] for word in ("want", "seek"))
     assert pairs[-1] - pairs[0] < 16  # the pairs' prefixes differ from the first's by a few tokens: the case
     # The first pair's prefix is the tree's one segment; the others, a few tokens longer, got no node
