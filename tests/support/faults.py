@@ -35,6 +35,7 @@ import psutil
 import yaml
 
 from rlbench.agent_run.attempts import marked_processes
+from rlbench.coding_agents.adapters.base import read_jsonl_events
 from support.workflow import REPO, SFT_RUN, SNAKEMAKE_ENV, snakemake_argv
 
 PROFILE = REPO / "workflow" / "profiles" / "local"
@@ -469,16 +470,7 @@ def audit_submissions(run_dir: Path) -> dict:
 
 def ledger_entries(directory: Path) -> list[dict]:
     """An attempt directory's readable ledger entries (a torn line is the audit's to report)."""
-    entries = []
-    path = directory / "grader" / "ledger.jsonl"
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            entries.append(entry)
-    return entries
+    return read_jsonl_events(directory / "grader" / "ledger.jsonl")
 
 
 def ledger_entry(run_dir: Path, attempt: int | None, submission_id: int | None) -> dict | None:
