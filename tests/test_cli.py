@@ -50,8 +50,46 @@ def test_report_prints_the_leaderboard_or_says_how_to_make_it(tmp_path, capsys):
 
 
 def test_run_refuses_a_missing_config_file(tmp_path):
-    with pytest.raises(SystemExit, match="config file not found"):
+    with pytest.raises(SystemExit, match="config file '.*nope.yaml' not found"):
         cli.main(["run", "--config", str(tmp_path / "nope.yaml")])
+    with pytest.raises(SystemExit, match="is a directory; give a YAML file"):
+        cli.main(["run", "--config", str(tmp_path)])
+
+
+UNREADABLE_CONFIGS = {
+    "not YAML": (b"sweep:\n\t- tasks: [gsm8k]\n", "is not valid YAML at line 2, column 1: found character '\\t'"),
+    "a list": (b"- gsm8k\n- copy\n", "holds a list, not a mapping of top-level keys"),
+    "empty": (b"", "holds nothing, not a mapping"),
+    "not UTF-8": (b"sweep: \xff\n", "is not UTF-8 text"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE_CONFIGS))
+def test_run_says_which_file_where_and_why_before_snakemake_starts(case, tmp_path, capfd):
+    """`rlbench run` starts Snakemake as `python -m snakemake`, where the venv's config-error hook does
+    not load: the CLI reads the file first, and a file Snakemake could not read ends there, named."""
+    text, says = UNREADABLE_CONFIGS[case]
+    config = tmp_path / "sweep.yaml"
+    config.write_bytes(text)
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["run", "--config", str(config)])
+    assert str(config) in str(raised.value) and says in str(raised.value)
+    assert "+ " not in capfd.readouterr().err  # no Snakemake command was started
+
+
+def test_bare_snakemake_says_the_same_for_a_config_it_cannot_read(tmp_path):
+    """`snakemake --configfile` (make run CONFIG=...): the venv's hook (workflow/snakemake_errors.pth)
+    turns Snakemake's own message, which names neither file nor line, into the CLI's."""
+    snakemake = Path(sys.executable).with_name("snakemake")
+    if not snakemake.exists():
+        pytest.skip("no snakemake command beside this Python")
+    config = tmp_path / "sweep.yaml"
+    config.write_bytes(UNREADABLE_CONFIGS["not YAML"][0])
+    proc = subprocess.run([str(snakemake), "-n", "--configfile", str(config)], cwd=cli.REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    said = proc.stdout + proc.stderr
+    assert f"config file '{config}' is not valid YAML at line 2, column 1" in said, said[-2000:]
 
 
 def test_console_script_is_installed():
@@ -80,7 +118,7 @@ def test_resume_unlocks_then_continues_the_given_sweep(tmp_path, capfd):
     commands = [line for line in out.err.splitlines() if line.startswith("+ ")]
     assert "--unlock" in commands[0] and all(f"--configfile {config}" in c for c in commands)
     assert "runs/gsm8k/tiny/copy/7/run.json" in out.out + out.err
-    with pytest.raises(SystemExit, match="config file not found"):
+    with pytest.raises(SystemExit, match="config file '.*nope.yaml' not found"):
         cli.main(["resume", "--config", str(tmp_path / "nope.yaml")])
 
 

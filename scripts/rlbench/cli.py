@@ -37,9 +37,12 @@ def _snakemake(args: argparse.Namespace, *options: str) -> list[str]:
     """A Snakemake command line on the sweep's config (checked before anything starts)."""
     command = [sys.executable, "-m", "snakemake", *options]
     if args.config:
+        from rlbench.snakemake_errors import config_file_problem
+
         config = Path(args.config).resolve()
-        if not config.is_file():
-            sys.exit(f"config file not found: {args.config}")
+        problem = config_file_problem(config)
+        if problem is not None:
+            sys.exit(problem)
         command += ["--configfile", str(config)]
     return command + args.snakemake
 
