@@ -17,6 +17,10 @@ BIN := $(VENV)/bin
 # When make started: `make test` prints the setup's share of its time apart from the tests'.
 MAKE_START := $(shell date +%s)
 
+ifeq ($(shell echo '$(CORES)' | grep -Ex '[1-9][0-9]*'),)
+$(error CORES=$(CORES): give a whole number of cores, 1 or more (Snakemake given 0 waits forever))
+endif
+
 ifneq ($(strip $(CONFIG)),)
 ifneq ($(shell test -f '$(CONFIG)' && test -r '$(CONFIG)' && echo ok),ok)
 $(error CONFIG=$(CONFIG) is not a readable file)

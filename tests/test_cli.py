@@ -145,3 +145,22 @@ def test_make_refuses_a_missing_config_before_snakemake_starts(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "nope.yaml is not a readable file" in proc.stderr
     assert "snakemake" not in proc.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_run_refuses_cores_snakemake_would_wait_on_forever(value, capsys):
+    """Snakemake given --cores 0 never schedules a job and never ends: refused before it starts."""
+    for command in ("run", "resume", "regenerate"):
+        with pytest.raises(SystemExit) as raised:
+            cli.main([command, "--cores", value, "--", "-n"])
+        assert raised.value.code == 2
+        err = capsys.readouterr().err
+        assert "--cores" in err and ("give 1 or more" in err or "not a whole number of cores" in err), err
+
+
+@pytest.mark.skipif(MAKE is None, reason="make is not installed")
+@pytest.mark.parametrize("value", ["0", "x"])
+def test_make_refuses_cores_below_one(value):
+    proc = subprocess.run([MAKE, "-n", "run", f"CORES={value}"], cwd=cli.REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and f"CORES={value}: give a whole number of cores, 1 or more" in proc.stderr
+    assert "snakemake" not in proc.stdout

@@ -308,6 +308,17 @@ def view(args: argparse.Namespace) -> int:
     return 0
 
 
+def cores(text: str) -> int:
+    """--cores: a whole number of at least 1 (Snakemake given 0 waits forever for a core to run a job on)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cores") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} cores: give 1 or more (Snakemake would wait forever with none)")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlbench", description="Agent² RL-Bench: run the benchmark workflow.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -317,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     ):
         sub = commands.add_parser(name, help=helptext)
         sub.add_argument("--config", help="the sweep's config file (default: config/config.yaml)")
-        sub.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+        sub.add_argument("--cores", type=cores, default=os.cpu_count() or 1,
+                         help="CPU cores Snakemake may use at once (default: all of this machine's)")
         sub.add_argument("snakemake", nargs=argparse.REMAINDER, help="extra Snakemake arguments, after --")
     for name, helptext in (("status", "where every run stands"), ("report", "print the leaderboard")):
         sub = commands.add_parser(name, help=helptext)
@@ -330,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         help="every summary, table and figure again from the recorded runs, and the HTML report (no agent, no evaluation)",
     )
     sub.add_argument("--config", help="the sweep's config file (default: config/config.yaml)")
-    sub.add_argument("--cores", type=int, default=2)
+    sub.add_argument("--cores", type=cores, default=2, help="CPU cores Snakemake may use at once (default: 2)")
     sub.add_argument("--html", default=REPORT_HTML, help=f"where the HTML report goes (default: {REPORT_HTML})")
     sub.add_argument("snakemake", nargs=argparse.REMAINDER, help="extra Snakemake arguments, after --")
     sub = commands.add_parser(
