@@ -8,7 +8,7 @@
     rlbench reconstruct RUN_DIR
     rlbench view [RUN_DIR] [--serve] [--port N] [--no-open] [--results DIR]
 
-Builds on: paths, config, recording, coding_agents, explorer.
+Builds on: paths, config, recording, coding_agents, explorer, snakemake_errors.
 """
 
 from __future__ import annotations
