@@ -60,7 +60,18 @@ def _next_prompt(prompt: str, completion: str, episode: int, step: int, rng: ran
     return prompt + history_entry(clean_action(completion), observation)
 
 
-def test_cached_batch_equals_reference_over_react_like_episodes(model_dir, reference):
+@pytest.fixture(params=["cpu kernel", "off-cpu attention"])
+def attention(request, monkeypatch):
+    """The attention the cached generator's shared-prefix path uses: the CPU's fused flash kernel,
+    or the plain float32 computation it uses on other devices (CUDA), here run on the CPU."""
+    if request.param == "off-cpu attention":
+        from rlbench.generation import kv_buffer
+
+        monkeypatch.setattr(kv_buffer, "_cpu_flash", lambda query: False)
+    return request.param
+
+
+def test_cached_batch_equals_reference_over_react_like_episodes(model_dir, reference, attention):
     ours = CachedBatchGenerator(model_dir, device="cpu", min_shared=16, retire_fraction=0.2)
     reference.reset_stats()
     rng = random.Random(0)
@@ -229,7 +240,7 @@ def test_load_text_generator_names(model_dir):
         load_text_generator("nope", model_dir)
 
 
-def test_shared_prefix_attention_equals_attention_over_the_whole_cache():
+def test_shared_prefix_attention_equals_attention_over_the_whole_cache(attention):
     """kv_buffer's shared-prefix attention (each group's prefix read once, one softmax over prefix
     and own columns) gives what attention over each row's prefix + own columns gives."""
     import torch
@@ -259,6 +270,29 @@ def test_shared_prefix_attention_equals_attention_over_the_whole_cache():
                 query[row : row + 1], k[None], v[None], attn_mask=m[None], enable_gqa=True
             ).transpose(1, 2)[0]
             assert torch.allclose(got[row], expected, atol=1e-6), row
+
+
+def test_attention_off_the_cpu_keeps_bfloat16_to_its_inputs_rounding(monkeypatch):
+    """Off the CPU (CUDA), a bfloat16 model's shared-prefix attention computes scores, softmax,
+    log-sum-exp and output in float32, as the fused kernels do: only the inputs' rounding remains.
+    (Computed in bfloat16, both parts merged by the log-sum-exp carried 0.1 of error here.)"""
+    import torch
+
+    from rlbench.generation import kv_buffer
+
+    monkeypatch.setattr(kv_buffer, "_cpu_flash", lambda query: False)
+    torch.manual_seed(0)
+    query, key = torch.randn(4, 3, 24, 64) * 2, torch.randn(4, 3, 300, 64) * 2
+    value = torch.randn(4, 3, 300, 64)
+    bias = torch.where(torch.rand(4, 1, 24, 300) > 0.3, 0.0, float("-inf"))
+    query, key, value, bias = (t.bfloat16() for t in (query, key, value, bias))
+    output, lse = kv_buffer._attention_with_lse(query, key, value, bias, 0.125)
+    scores = torch.matmul(query.double(), key.double().transpose(-1, -2)) * 0.125 + bias.double()
+    exact_lse = torch.logsumexp(scores, dim=-1)
+    exact = torch.matmul(torch.exp(scores - exact_lse[..., None]), value.double())
+    assert lse.dtype == torch.float32
+    assert (lse.double() - exact_lse).abs().max() < 1e-4
+    assert (output.double() - exact).abs().max() < 1e-4
 
 
 @pytest.mark.parametrize("group_cost", [0, 10**9])

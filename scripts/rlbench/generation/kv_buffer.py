@@ -166,8 +166,12 @@ def _attend_causal_after_cache(query, key, value, scale: float):
 
 def _attention_with_lse(query, key, value, bias, scale: float):
     """Softmax attention of query [N, h, m, d] over key/value [N, h, L, d] with an additive bias
-    [N, 1, m, L] (-inf: masked) or None: (output [N, h, m, d], log-sum-exp of the scores [N, h, m]).
-    On CPU, the fused flash kernel SDPA itself runs (it also returns the log-sum-exp)."""
+    [N, 1, m, L] (-inf: masked) or None: (output [N, h, m, d], log-sum-exp of the scores [N, h, m]
+    in float32). On CPU, the fused flash kernel SDPA itself runs (it also returns the log-sum-exp;
+    the output in the query's dtype); elsewhere (CUDA) the scores, their softmax, its log-sum-exp
+    and the output are computed and returned in float32 whatever the model's dtype, as the fused
+    kernels accumulate: in bfloat16 the parts that _attend_with_prefix merges would each carry
+    bfloat16's rounding before the merge."""
     import torch
 
     if _cpu_flash(query):
@@ -175,11 +179,11 @@ def _attention_with_lse(query, key, value, bias, scale: float):
             query, key, value, 0.0, False, attn_mask=bias, scale=scale
         )
         return output, lse
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
     if bias is not None:
-        scores = scores + bias
+        scores = scores + bias.float()
     lse = torch.logsumexp(scores, dim=-1)
-    return torch.matmul(torch.exp(scores - lse[..., None]), value), lse
+    return torch.matmul(torch.exp(scores - lse[..., None]), value.float()), lse
 
 
 def _attend_with_prefix(query, key, value, mask, scale: float, prefix: SharedPrefix, layer: int):
@@ -209,7 +213,7 @@ def _attend_with_prefix(query, key, value, mask, scale: float, prefix: SharedPre
         out[first:end] = (
             from_prefix * torch.exp(prefix_lse - lse)[..., None] + out[first:end] * torch.exp(own_lse[first:end] - lse)[..., None]
         )
-    return out.reshape(batch, heads, q, dim).transpose(1, 2).contiguous()
+    return out.reshape(batch, heads, q, dim).transpose(1, 2).to(query.dtype).contiguous()
 
 
 def use_masked_gqa_sdpa(model) -> None:
