@@ -5,15 +5,26 @@ safetensors; no network), with the wheels that tests/gpu/wheels.txt lists fetche
 tests/gpu/wheels/ (tests/gpu/fetch_wheels.sh, on a machine with the package registry), from the
 repository's root:
 
-    pip install -q --no-index --no-deps --find-links tests/gpu/wheels --target /tmp/rlbench-site -r tests/gpu/wheels.txt && PYTHONPATH=/tmp/rlbench-site python3 tests/gpu/check.py --json /tmp/gpu-check.json
+    pip install -q --no-index --no-deps --find-links tests/gpu/wheels --target /tmp/rlbench/site-packages -r tests/gpu/wheels.txt && PYTHONPATH=/tmp/rlbench/site-packages python3 tests/gpu/check.py --json /tmp/gpu-check.json
 
 (--no-deps: pip --target ignores what is installed already, so it would look for torch among the
-wheels; the list holds every package the checks need beyond the machine's own.) Size: the wheels take about 58 MB
-(41 MiB of it pyarrow), within a 64 MiB carry with the working tree (about 4 MB): that is why the
-list pins datasets 4.7.0 with pyarrow 21.0.0, the oldest that TRL accepts, where the project's
-environment has newer ones (datasets 5 needs pyarrow >= 24, whose wheel alone is 49 MB).
-tests/test_gpu_check.py (slow tier) runs this script's dry run on exactly those two and checks the
-size of the carry.
+wheels; the list holds every package the checks need beyond the machine's own. The target's name
+ends in site-packages because dill, which datasets pickles with, treats modules outside a
+site-packages directory or sys.prefix as user code and pickles them by value.) opencompass is in
+the list for one file, the GSM8K protocol's dataset config (rlbench.tasks.opencompass_config
+reads it as data; nothing imports opencompass): fetch_wheels.sh cuts its wheel down to that file
+and its metadata. Size: the wheels take about 56 MiB (41 MiB of it pyarrow), within a 64 MiB
+carry with the working tree (about 4 MiB): that is why the list pins
+datasets 4.7.0 with pyarrow 21.0.0, the oldest that TRL accepts, where the project's environment
+has newer ones (datasets 5 needs pyarrow >= 24, whose wheel alone is 49 MB).
+tests/test_gpu_check.py (slow tier) runs this script's dry run on a bare machine's packages
+(torch, transformers, accelerate, peft, safetensors and what they require) plus those wheels, and
+checks the size of the carry.
+
+The GSM8K rows the checks use (16 training, 8 held out) are committed beside this script
+(gsm8k_rows.json): the task's offline source draws them with reasoning_gym, too large to carry.
+`check.py --write-rows` draws them again (where reasoning_gym is installed); tests/test_gpu_check.py
+checks that they are what the offline source draws with the check's settings.
 
 It prints one row per check (check, result ok / FAIL / skipped, figure, seconds) and exits with
 status 1 when a check failed. The checks, on the project's real code:
@@ -30,8 +41,9 @@ status 1 when a check failed. The checks, on the project's real code:
   gpu_locks      two evaluations submitted at once on two GPU sets, each taking the grader's GPU
                  locks (rlbench.grader.gpu_locks) first: with two GPUs they overlap, with one GPU
                  (or the CPU) both go to the same set and must take turns
-  memory_release after an evaluation and worker_idle_s seconds idle, the worker is replaced and the
-                 device's memory is back to what it was before (CUDA only)
+  memory_release the warm worker holds device memory after an evaluation, and after worker_idle_s
+                 seconds idle it is replaced and the device's memory is back to the level measured
+                 at the start, before any worker ran (CUDA only)
 
 --dry (or --device cpu) runs the same checks on the CPU with the tiny model in well under a minute
 (tests/test_gpu_check.py runs it in the default tier, so that the script does not rot). --only
@@ -57,9 +69,11 @@ sys.path.insert(0, str(REPO / "scripts"))
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 from rlbench.evaluation.workers import WorkerPool  # noqa: E402
+from rlbench.fileio.jsonio import write_jsonl  # noqa: E402
 from rlbench.grader.gpu_locks import GpuLocks  # noqa: E402
 from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.models.spec import load_spec  # noqa: E402
+from rlbench.tasks.base import EVAL_FILE, TRAIN_FILE  # noqa: E402
 from rlbench.tasks.gsm8k import GSM8K  # noqa: E402
 
 GSM8K_SETTINGS = {
@@ -75,7 +89,10 @@ GSM8K_SETTINGS = {
 EVALUATION = {"backend": "hf", "batch_size": 8, "eval_timeout_s": 300}
 SALT = "rlbench-gpu-check"
 IDLE_S = 3.0  # worker_idle_s of the check's pool: a GPU worker idle this long is replaced
-RELEASE_TOLERANCE_MIB = 64  # device memory above the pre-evaluation level still counted as released
+RELEASE_TOLERANCE_MIB = 64  # device memory above the starting level still counted as released
+READY_TIMEOUT_S = 180  # for a worker's imports (torch, transformers): well within the call's ten minutes
+ROWS = Path(__file__).with_name("gsm8k_rows.json")  # {"train": [...], "eval": [...]}: see the module's text
+VERSIONS = ("torch", "transformers", "accelerate", "peft", "trl", "datasets", "pyarrow")
 MAX_NEW_TOKENS = 24
 
 
@@ -84,10 +101,16 @@ CHECKS = ("hf_eval", "memory_release", "gpu_locks", "prefix_cache", "trl_sft", "
 
 
 class Table:
-    """The check's rows, printed as they come and at the end."""
+    """The check's rows, printed as they come and at the end; with a JSON path, written there after
+    every row (a call cut off by its time limit still leaves the rows it finished)."""
 
-    def __init__(self) -> None:
+    def __init__(self, json_path: Path | None = None, header: dict | None = None) -> None:
         self.rows: list[dict] = []
+        self.json_path, self.header = json_path, header or {}
+
+    def save(self) -> None:
+        if self.json_path is not None:
+            self.json_path.write_text(json.dumps({**self.header, "rows": self.rows}, indent=2) + "\n")
 
     def run(self, name: str, check) -> object:
         """Run check() -> (result, figure[, value]); an exception is a FAIL with its message."""
@@ -102,6 +125,7 @@ class Table:
             result, figure = "FAIL", f"{type(exc).__name__}: {exc}"[:300]
         row = {"check": name, "result": result, "figure": figure, "seconds": round(time.perf_counter() - started, 1)}
         self.rows.append(row)
+        self.save()
         print(f"[gpu-check] {name}: {result} ({figure}) in {row['seconds']} s", file=sys.stderr, flush=True)
         return value
 
@@ -130,6 +154,9 @@ class Device:
             self.gpus = visible or [str(i) for i in range(torch.cuda.device_count())]
         else:
             self.gpus = []
+        # Each GPU's memory in use before any evaluation worker exists (this process's own CUDA context,
+        # which the first reading creates, included): what memory_release expects to come back to.
+        self.baseline = {gpu: self.used_mib(gpu) for gpu in self.gpus}
 
     def used_mib(self, gpu: str) -> int:
         free, total = self.torch.cuda.mem_get_info(self.gpus.index(gpu))
@@ -137,6 +164,9 @@ class Device:
 
     def dtype_name(self) -> str:
         return "bfloat16" if self.kind == "cuda" else "float32"
+
+    def names(self) -> list[str]:
+        return [self.torch.cuda.get_device_name(i) for i in range(len(self.gpus))]
 
 
 class Peak:
@@ -188,17 +218,25 @@ def check_memory_release(device, pool, work, model_dir, eval_dir):
     if not device.gpus:
         return "skipped", "CPU: no device memory (the idle replacement is for GPU workers)"
     gpu = device.gpus[0]
-    pool.wait_ready(gpu, timeout=600)
-    before = device.used_mib(gpu)
+    pool.prestart(gpu)  # the slot's worker may not exist yet (--only memory_release)
+    if not pool.wait_ready(gpu, timeout=READY_TIMEOUT_S):
+        return "FAIL", f"GPU {gpu}'s evaluation worker was not ready after {READY_TIMEOUT_S} s (see workers/worker-{gpu}.log)"
     first = pool.worker_pid(gpu)
     evaluate(pool, work, model_dir, eval_dir, gpu, "release")
-    warm = device.used_mib(gpu) - before  # the warm worker keeps its CUDA context (cached blocks emptied)
+    # Against the level before any worker ran: the warm worker keeps its CUDA context (its cached blocks
+    # emptied), which this must see, or the reading after the idle time would prove nothing.
+    warm = device.used_mib(gpu) - device.baseline[gpu]
     time.sleep(IDLE_S + 3)
-    pool.wait_ready(gpu, timeout=600)
-    after = device.used_mib(gpu) - before
-    replaced = pool.worker_pid(gpu) != first
-    figure = f"after the evaluation +{warm} MiB (warm worker), after {IDLE_S:g} s idle {after:+d} MiB; worker replaced: {replaced}"
-    return ("ok" if replaced and after <= RELEASE_TOLERANCE_MIB else "FAIL"), figure
+    ready = pool.wait_ready(gpu, timeout=READY_TIMEOUT_S)
+    now = pool.worker_pid(gpu)
+    after = device.used_mib(gpu) - device.baseline[gpu]
+    replaced = ready and now is not None and now != first
+    figure = (
+        f"against the start: {warm:+d} MiB after the evaluation (warm worker), {after:+d} MiB after {IDLE_S:g} s idle; "
+        f"worker replaced: {replaced}" + ("" if ready else f" (no new worker ready after {READY_TIMEOUT_S} s)")
+    )
+    released = replaced and warm > RELEASE_TOLERANCE_MIB and after <= RELEASE_TOLERANCE_MIB
+    return ("ok" if released else "FAIL"), figure
 
 
 def check_gpu_locks(device, pool, work, model_dir, eval_dir):
@@ -206,7 +244,8 @@ def check_gpu_locks(device, pool, work, model_dir, eval_dir):
     sets = [[g] for g in locks.available[:2]] if len(locks.available) >= 2 else [locks.available[:1]] * 2
     for gpus in {tuple(s) for s in sets}:
         pool.prestart(",".join(gpus) or None)
-        pool.wait_ready(",".join(gpus) or None, timeout=600)
+        if not pool.wait_ready(",".join(gpus) or None, timeout=READY_TIMEOUT_S):
+            return "FAIL", f"the evaluation worker of {','.join(gpus) or 'cpu'} was not ready after {READY_TIMEOUT_S} s"
     spans: list[tuple[float, float]] = [None, None]
     errors: list[BaseException] = []
 
@@ -350,6 +389,37 @@ def check_grpo(device, work, model_dir, train_rows):
     return ("ok" if math.isfinite(loss) else "FAIL"), f"1 step on {model.device} ({model.dtype}), loss {loss:.4g}"
 
 
+def draw_rows() -> dict:
+    """The check's GSM8K rows as the task's offline source draws them (needs reasoning_gym)."""
+    with tempfile.TemporaryDirectory(prefix="rlbench-gpu-rows-") as scratch:
+        train_dir, eval_dir = Path(scratch) / "train", Path(scratch) / "eval"
+        GSM8K().prepare(GSM8K_SETTINGS, train_dir, eval_dir, salt=SALT)
+        return {
+            split: [json.loads(line) for line in (where / name).read_text().splitlines()]
+            for split, where, name in (("train", train_dir, TRAIN_FILE), ("eval", eval_dir, EVAL_FILE))
+        }
+
+
+def place_rows(train_dir: Path, eval_dir: Path) -> list[dict]:
+    """The committed rows written where the task's prepare would write them; the training rows."""
+    rows = json.loads(ROWS.read_text())
+    write_jsonl(train_dir / TRAIN_FILE, rows["train"])
+    write_jsonl(eval_dir / EVAL_FILE, rows["eval"])
+    return rows["train"]
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    found = {}
+    for name in VERSIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -358,16 +428,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="where the model, data and logs go (default: a temporary directory)")
     parser.add_argument("--json", type=Path, help="also write the rows here as JSON")
     parser.add_argument("--only", help=f"comma-separated checks to run after the model's build (of {', '.join(CHECKS)})")
+    parser.add_argument("--write-rows", action="store_true", help=f"draw the GSM8K rows again into {ROWS.name} and stop")
     args = parser.parse_args(argv)
+    if args.write_rows:
+        ROWS.write_text(json.dumps(draw_rows(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {ROWS}", file=sys.stderr)
+        return 0
     only = set(CHECKS) if args.only is None else {name.strip() for name in args.only.split(",") if name.strip()}
     if not only or only - set(CHECKS):
         parser.error(f"--only: unknown or no check in {args.only!r}; the checks: {', '.join(CHECKS)}")
     kind = "cpu" if args.dry else args.device
     work = args.work or Path(tempfile.mkdtemp(prefix="rlbench-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    table = Table()
     device = Device(kind)
-    print(f"[gpu-check] device {kind}, GPUs {device.gpus or 'none'}, work {work}", file=sys.stderr, flush=True)
+    header = {"device": kind, "gpus": device.gpus, "gpu_names": device.names() if device.gpus else [], "versions": versions()}
+    table = Table(args.json, header)
+    print(
+        f"[gpu-check] device {kind}, GPUs {device.gpus or 'none'} {header['gpu_names'] or ''}, "
+        f"memory in use at the start (MiB) {device.baseline or '-'}, work {work}\n"
+        f"[gpu-check] versions {header['versions']}",
+        file=sys.stderr, flush=True,
+    )
 
     model_dir = work / "model"
     if model_dir.exists():  # a --work reused from an earlier check: the model is built again
@@ -379,8 +460,7 @@ def main(argv: list[str] | None = None) -> int:
 
     table.run("model", build)
     train_dir, eval_dir = work / "data" / "train", work / "data" / "eval"
-    GSM8K().prepare(GSM8K_SETTINGS, train_dir, eval_dir, salt=SALT)
-    train_rows = [json.loads(line) for line in (train_dir / "train.jsonl").read_text().splitlines()]
+    train_rows = place_rows(train_dir, eval_dir)
     pool = WorkerPool(work / "workers", "warm", IDLE_S)
     try:
         for name, check in (("hf_eval", check_hf_eval), ("memory_release", check_memory_release), ("gpu_locks", check_gpu_locks)):
@@ -396,8 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     if "trl_grpo" in only:
         table.run("trl_grpo", lambda: check_grpo(device, work, model_dir, train_rows))
     print(table.text(), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"device": kind, "gpus": device.gpus, "rows": table.rows}, indent=2) + "\n")
+    table.save()
     return 1 if any(r["result"] == "FAIL" for r in table.rows) else 0
 
 
