@@ -40,6 +40,8 @@ from rlbench.recording.trace import (
     GpuQueryError,
     ResourceSampler,
     gpu_hours,
+    gpu_row,
+    gpu_sample,
     query_gpus,
     summarize_trace,
     tree_of,
@@ -377,6 +379,36 @@ def test_resource_sampler_records_gpu_utilisation_and_memory(tmp_path, monkeypat
     assert all(not any(k.startswith("gpu_") for k in json.loads(line)) for line in bare.read_text().splitlines())
     bare_summary = summarize_trace(bare)
     assert bare_summary["gpu_hours"] is None and bare_summary["peak_gpu_utilization_percent"] is None
+
+
+def test_on_a_shared_node_the_trace_holds_only_the_runs_gpus(tmp_path, monkeypatch):
+    """Four GPUs on the node, two busy with other jobs; the run was given GPU 2 by its UUID (as SLURM
+    may set CUDA_VISIBLE_DEVICES). Its trace, peaks and GPU-hours are GPU 2's alone: no other job's
+    memory or busy time counted as the run's (before: every GPU, since a UUID is not an index)."""
+    node = [gpu(0, utilization=97, used_mib=71_234), gpu(1, utilization=71, used_mib=71_234), gpu(2, used_mib=4), gpu(3)]
+    fake = FakeNvidiaSmi(tmp_path, node)
+    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "resources.jsonl"
+    with ResourceSampler(lambda: [], tmp_path, out, interval_s=0.2, gpus=["GPU-fake-2"]) as sampler:
+        wait_for_samples(sampler, 3)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(line["gpu_memory_used_mib"] == {"2": 4} for line in lines), lines[0]
+    summary = summarize_trace(out, gpus=["GPU-fake-2"])
+    assert summary["peak_gpu_memory_total_mib"] == 4 and summary["peak_gpu_utilization_percent"] == {"2": 0}
+    assert summary["gpu_hours"]["gpus"] == ["2"] and summary["gpu_hours"]["busy"] == 0
+    # Given by index, the same; a MIG instance matches no GPU row: no GPU figures rather than the node's.
+    assert gpu_sample(["2"])["gpu_memory_used_mib"] == {"2": 4}
+    assert gpu_sample(["MIG-0f3e"]) == {"gpu_utilization_percent": {}, "gpu_memory_used_mib": {}, "gpu_memory_total_mib": {}}
+    assert gpu_sample(None)["gpu_memory_used_mib"] == {"0": 71_234, "1": 71_234, "2": 4, "3": 0}  # all visible
+
+
+def test_a_cuda_visible_devices_entry_names_a_gpu_by_index_uuid_or_unique_uuid_prefix():
+    rows = [{"index": "0", "uuid": "GPU-5f2c11aa"}, {"index": "1", "uuid": "GPU-5f2d22bb"}, {"index": "10", "uuid": "GPU-77"}]
+    assert gpu_row(rows, "1")["uuid"] == "GPU-5f2d22bb"
+    assert gpu_row(rows, "GPU-5f2c11aa")["index"] == "0"
+    assert gpu_row(rows, "GPU-5f2c")["index"] == "0"  # a unique prefix, as CUDA accepts
+    assert gpu_row(rows, "GPU-5f2") is None  # two GPUs start so: neither
+    assert gpu_row(rows, "MIG-5f2c") is None and gpu_row(rows, "2") is None
 
 
 def test_a_sample_records_the_agent_logs_size_when_given_its_path(tmp_path):

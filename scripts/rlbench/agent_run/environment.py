@@ -46,6 +46,7 @@ HOST_ENV_KEPT = (
     "LOGNAME",
     "SHELL",
     "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",  # how those ids are numbered: the agent's cuda:N must be the grader's and nvidia-smi's
     "NVIDIA_VISIBLE_DEVICES",
     "NVIDIA_DRIVER_CAPABILITIES",
     "CUDA_HOME",

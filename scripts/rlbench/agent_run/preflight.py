@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from rlbench.recording.trace import GpuQueryError, query_gpus
+from rlbench.recording.trace import GpuQueryError, gpu_row, query_gpus
 
 PREFLIGHT_FIELDS = ("index", "uuid", "utilization.gpu", "memory.used", "memory.total")
 IDLE_MEMORY_MIB = 1024
@@ -66,7 +66,7 @@ def gpu_preflight(
     for gpu in gpus:
         if gpu in mig:
             continue
-        row = next((r for r in rows if gpu in (r["index"], r["uuid"])), None)
+        row = gpu_row(rows, gpu)
         if row is None:
             listed = ", ".join(r["index"] for r in rows) or "none"
             problems.append(f"GPU {gpu} does not exist (nvidia-smi lists GPUs {listed})")

@@ -220,6 +220,7 @@ def _run_agent(spec: RunSpec, stop: StopRequest) -> RunRecord:
                             spec.run_dir / "resources.jsonl",
                             interval_s=5,
                             log_path=stdout_path,
+                            gpus=visible_gpus(),
                         )
                     )
                     # What ends the run early: the LLM gateway (dead endpoint, a limit), the workspace's disk.

@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # psutil is only needed by whoever passes processes in
     import psutil
 
 NVIDIA_SMI_TIMEOUT_S = 10
-# What the sampler asks nvidia-smi for, per GPU, at every sample.
-GPU_SAMPLE_FIELDS = ("index", "utilization.gpu", "memory.used", "memory.total")
+# What the sampler asks nvidia-smi for, per GPU, at every sample (uuid: to know the run's GPUs by it).
+GPU_SAMPLE_FIELDS = ("index", "uuid", "utilization.gpu", "memory.used", "memory.total")
 # A sample interval counts as busy for a GPU whose utilisation (nvidia-smi utilization.gpu: the share
 # of the recent past in which a kernel ran) was above this many percent; at or below, idle.
 GPU_BUSY_ABOVE_PERCENT = 0
@@ -73,10 +73,23 @@ def query_gpus(fields: tuple[str, ...] = GPU_SAMPLE_FIELDS) -> list[dict] | None
     return rows
 
 
-def gpu_sample() -> dict[str, dict[str, int]] | None:
+def gpu_row(rows: list[dict], gpu: str) -> dict | None:
+    """nvidia-smi's row of the GPU that a CUDA_VISIBLE_DEVICES entry names: by index, by UUID, or by a
+    prefix of one UUID (as CUDA accepts: 'GPU-5f2c'); None when no row, or more than one, matches."""
+    exact = [r for r in rows if gpu in (r.get("index"), r.get("uuid"))]
+    if exact:
+        return exact[0]
+    prefixed = [r for r in rows if gpu.startswith("GPU-") and str(r.get("uuid") or "").startswith(gpu)]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
+def gpu_sample(gpus: list[str] | None = None) -> dict[str, dict[str, int]] | None:
     """The resource trace's GPU fields (ResourceSampler): gpu_utilization_percent, gpu_memory_used_mib
-    and gpu_memory_total_mib, each {gpu index: value} (a value nvidia-smi does not report is left out);
-    {} when nvidia-smi fails; None without nvidia-smi."""
+    and gpu_memory_total_mib, each {gpu index: value} (a value nvidia-smi does not report is left out),
+    for the run's `gpus` (CUDA_VISIBLE_DEVICES entries: indices, UUIDs or UUID prefixes; a MIG
+    instance matches no row and is not sampled) or, none given, every GPU nvidia-smi lists (all were
+    visible). Other jobs' GPUs on a shared node stay out of the run's figures. {} when nvidia-smi
+    fails; None without nvidia-smi."""
     try:
         rows = query_gpus(GPU_SAMPLE_FIELDS)
     except GpuQueryError:
@@ -84,6 +97,8 @@ def gpu_sample() -> dict[str, dict[str, int]] | None:
         return {}
     if rows is None:
         return None
+    if gpus:
+        rows = list({id(r): r for r in (gpu_row(rows, g) for g in gpus) if r is not None}.values())
     sample: dict[str, dict[str, int]] = {
         "gpu_utilization_percent": {},
         "gpu_memory_used_mib": {},
@@ -128,8 +143,9 @@ class ResourceSampler:
                             for the first and the last sample; workspace_ts says when
         gpu_utilization_percent {gpu index: % busy (nvidia-smi utilization.gpu)},
         gpu_memory_used_mib {gpu index: MiB used on the device, by anyone} and
-        gpu_memory_total_mib    {gpu index: MiB on the device}: every GPU nvidia-smi lists, and only
-                            where nvidia-smi is (absent without it, never zeros)
+        gpu_memory_total_mib    {gpu index: MiB on the device}: the run's `gpus` (CUDA_VISIBLE_DEVICES
+                            entries; none given: every GPU nvidia-smi lists), and only where
+                            nvidia-smi is (absent without it, never zeros)
         agent_log_bytes     the size of the agent's log (log_path: where its stdout goes; 0 while
                             there is none), only with log_path: it dates each log line within one
                             interval (the run explorer, rlbench.explorer.turns)
@@ -153,8 +169,10 @@ class ResourceSampler:
         max_entries: int = WORKSPACE_MAX_ENTRIES,
         workspace_interval_s: float | None = None,
         log_path: Path | None = None,
+        gpus: list[str] | None = None,
     ):
         self.processes, self.workspace, self.out = processes, Path(workspace), Path(out)
+        self.gpus = list(gpus or [])
         self.log_path = None if log_path is None else Path(log_path)
         self.interval_s, self.max_entries = interval_s, max_entries
         self.workspace_interval_s = max(interval_s, 30) if workspace_interval_s is None else workspace_interval_s
@@ -239,7 +257,7 @@ class ResourceSampler:
             except OSError:
                 record["agent_log_bytes"] = 0
         if self._gpu:
-            record.update(gpu_sample() or {})
+            record.update(gpu_sample(self.gpus) or {})
         return record
 
 
@@ -255,7 +273,9 @@ def gpu_hours(samples: list[dict], gpus: list[str] | None = None) -> dict | None
 
     The run's GPUs: `gpus` (run.json's, CUDA_VISIBLE_DEVICES) where every one of them is a GPU index the
     trace has utilisation for; otherwise (none given: every GPU was visible to the run; or ids such as
-    UUIDs that are not nvidia-smi's indices) every GPU the trace has utilisation for. Each interval
+    UUIDs that are not nvidia-smi's indices) every GPU the trace has utilisation for, which the sampler
+    has limited to the run's GPUs (traces recorded before it did may hold a shared node's other GPUs
+    where the ids were UUIDs). Each interval
     between two consecutive samples counts, for each of those GPUs, as busy when the utilisation read
     at its end is above GPU_BUSY_ABOVE_PERCENT, else as idle; an interval whose end sample has no
     reading for a GPU counts as neither. None when no sample has a GPU utilisation (no nvidia-smi)."""
