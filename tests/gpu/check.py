@@ -69,7 +69,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 from rlbench.evaluation.workers import WorkerPool  # noqa: E402
-from rlbench.fileio.jsonio import write_jsonl  # noqa: E402
+from rlbench.fileio.jsonio import read_jsonl, write_jsonl  # noqa: E402
 from rlbench.grader.gpu_locks import GpuLocks  # noqa: E402
 from rlbench.models.materialise import prepare_model  # noqa: E402
 from rlbench.models.spec import load_spec  # noqa: E402
@@ -395,7 +395,7 @@ def draw_rows() -> dict:
         train_dir, eval_dir = Path(scratch) / "train", Path(scratch) / "eval"
         GSM8K().prepare(GSM8K_SETTINGS, train_dir, eval_dir, salt=SALT)
         return {
-            split: [json.loads(line) for line in (where / name).read_text().splitlines()]
+            split: list(read_jsonl(where / name))
             for split, where, name in (("train", train_dir, TRAIN_FILE), ("eval", eval_dir, EVAL_FILE))
         }
 
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="rlbench-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     device = Device(kind)
-    header = {"device": kind, "gpus": device.gpus, "gpu_names": device.names() if device.gpus else [], "versions": versions()}
+    header = {"device": kind, "gpus": device.gpus, "gpu_names": device.names(), "versions": versions()}
     table = Table(args.json, header)
     print(
         f"[gpu-check] device {kind}, GPUs {device.gpus or 'none'} {header['gpu_names'] or ''}, "
@@ -476,7 +476,6 @@ def main(argv: list[str] | None = None) -> int:
     if "trl_grpo" in only:
         table.run("trl_grpo", lambda: check_grpo(device, work, model_dir, train_rows))
     print(table.text(), flush=True)
-    table.save()
     return 1 if any(r["result"] == "FAIL" for r in table.rows) else 0
 
 

@@ -275,10 +275,9 @@ def gpu_hours(samples: list[dict], gpus: list[str] | None = None) -> dict | None
     trace has utilisation for; otherwise (none given: every GPU was visible to the run; or ids such as
     UUIDs that are not nvidia-smi's indices) every GPU the trace has utilisation for, which the sampler
     has limited to the run's GPUs (traces recorded before it did may hold a shared node's other GPUs
-    where the ids were UUIDs). Each interval
-    between two consecutive samples counts, for each of those GPUs, as busy when the utilisation read
-    at its end is above GPU_BUSY_ABOVE_PERCENT, else as idle; an interval whose end sample has no
-    reading for a GPU counts as neither. None when no sample has a GPU utilisation (no nvidia-smi)."""
+    where the ids were UUIDs). Each interval between two consecutive samples counts, for each of those
+    GPUs, as busy when the utilisation read at its end is above GPU_BUSY_ABOVE_PERCENT, else as idle;
+    an interval whose end sample has no reading for a GPU counts as neither. None when no sample has a GPU utilisation (no nvidia-smi)."""
     # In nvidia-smi's order (by index), as the samples list them.
     sampled = list(dict.fromkeys(gpu for s in samples for gpu in _gpu_values(s, "gpu_utilization_percent")))
     if not sampled:
